@@ -1,0 +1,24 @@
+//! `synkv bench …`: timings of store operations, printed as a summary or as JSON lines.
+//!
+//! Every case is timed to completion (the engine is asynchronous, so each iteration ends with
+//! `wait_all`), and checked for the right result after the timed iterations so the numbers
+//! are of real work.
+
+mod local;
+mod stats;
+
+use anyhow::Result;
+use clap::Subcommand;
+
+/// The bench subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum BenchCommand {
+    /// push(list of keys × per-device values) + pull(list) on an in-process store.
+    Local(local::LocalArgs),
+}
+
+pub(crate) fn run(cmd: BenchCommand) -> Result<()> {
+    match cmd {
+        BenchCommand::Local(args) => local::run(&args),
+    }
+}

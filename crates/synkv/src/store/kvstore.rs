@@ -1,0 +1,260 @@
+//! [`KVStore`]: the public store surface, and [`create`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::args::flatten;
+use super::local::LocalStore;
+use super::{Arrays, Error, Key, Keys, StoreType};
+use crate::engine::{Engine, Priority};
+use crate::NDArray;
+
+/// An updater: `(key, merged input, stored value)`, called once per key per push on the
+/// summed value; it changes `stored` in place (or replaces it with an array of the same shape
+/// and dtype). It runs on an engine thread, one call at a time. Use only synchronous array
+/// operations on its arguments, and do not keep them past the call.
+pub type Updater = Arc<dyn Fn(&Key, &NDArray, &mut NDArray) -> crate::Result<()> + Send + Sync + 'static>;
+
+/// Options of a pull.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PullOptions {
+    /// Engine priority: among ready operations, higher runs first.
+    pub priority: Priority,
+    /// Skip row_sparse outputs (MXNet's default, `true`); the skipped keys are reported in
+    /// the returned [`PullReport`] and logged. With `false`, row_sparse outputs receive every
+    /// row.
+    pub ignore_sparse: bool,
+}
+
+impl Default for PullOptions {
+    fn default() -> Self {
+        PullOptions { priority: 0, ignore_sparse: true }
+    }
+}
+
+/// What a pull did besides writing its outputs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PullReport {
+    /// Keys whose row_sparse outputs were skipped because `ignore_sparse` was set (MXNet
+    /// skips them with only an INFO log; synkv returns them, and logs a warning).
+    pub skipped_sparse: Vec<Key>,
+}
+
+impl PullReport {
+    /// Whether every output was written.
+    pub fn is_complete(&self) -> bool {
+        self.skipped_sparse.is_empty()
+    }
+}
+
+enum Backend {
+    Local(LocalStore),
+}
+
+/// A key-value store of n-d arrays: MXNet's KVStore.
+///
+/// Every call validates its arguments at once (an error leaves the store unchanged), then
+/// schedules the work on the dependency engine and returns. Reading an output
+/// ([`NDArray::wait_to_read`], [`NDArray::to_vec`]) or [`KVStore::wait_all`] waits for it.
+pub struct KVStore {
+    name: String,
+    kind: StoreType,
+    backend: Backend,
+}
+
+/// Creates a store of the given type: `local`, `device`, or one of MXNet's aliases
+/// (`local_update_cpu`, `local_allreduce_cpu`, `local_allreduce_device`). Names are
+/// case-insensitive; [`KVStore::type_name`] returns the lower-cased name as given.
+pub fn create(name: &str) -> crate::Result<KVStore> {
+    let kind = StoreType::parse(name)?;
+    let backend = match kind {
+        StoreType::Local | StoreType::Device => Backend::Local(LocalStore::new()),
+        other => {
+            return Err(Error::Unsupported {
+                op: "create",
+                store_type: other.to_string(),
+                reason: "the distributed runtime (scheduler, servers, workers) is not part of this build yet; use `local` or `device`"
+                    .into(),
+            }
+            .into())
+        }
+    };
+    Ok(KVStore { name: name.to_ascii_lowercase(), kind, backend })
+}
+
+impl KVStore {
+    /// The store type's name as given to [`create`], lower-cased (MXNet's `type`).
+    pub fn type_name(&self) -> &str {
+        &self.name
+    }
+
+    /// The parsed store type.
+    pub fn store_type(&self) -> StoreType {
+        self.kind
+    }
+
+    /// This worker's rank: 0 for in-process stores.
+    pub fn rank(&self) -> usize {
+        0
+    }
+
+    /// The number of workers: 1 for in-process stores.
+    pub fn num_workers(&self) -> usize {
+        1
+    }
+
+    /// Initialises keys with values (copied; later changes to `values` do not reach the
+    /// store). Each key is initialised once.
+    pub fn init<'a>(&self, keys: impl Into<Keys>, values: impl Into<Arrays<'a>>) -> crate::Result<()> {
+        let pairs = flatten("init", keys.into(), values.into())?;
+        match &self.backend {
+            Backend::Local(s) => s.init(pairs),
+        }
+    }
+
+    /// Pushes values: all values of one key (a per-device list, or the key repeated) are
+    /// summed, then the updater runs on the sum, or the sum is assigned. Priority 0.
+    pub fn push<'a>(&self, keys: impl Into<Keys>, values: impl Into<Arrays<'a>>) -> crate::Result<()> {
+        self.push_with_priority(keys, values, 0)
+    }
+
+    /// [`KVStore::push`] with an engine priority.
+    pub fn push_with_priority<'a>(&self, keys: impl Into<Keys>, values: impl Into<Arrays<'a>>, priority: Priority) -> crate::Result<()> {
+        let pairs = flatten("push", keys.into(), values.into())?;
+        match &self.backend {
+            Backend::Local(s) => s.push(pairs, priority),
+        }
+    }
+
+    /// Pulls values into outputs (a list of outputs for one key: each gets the value).
+    /// Row_sparse outputs are skipped and logged; see [`KVStore::pull_with`].
+    pub fn pull<'a>(&self, keys: impl Into<Keys>, outs: impl Into<Arrays<'a>>) -> crate::Result<()> {
+        let report = self.pull_with(keys, outs, PullOptions::default())?;
+        if !report.is_complete() {
+            tracing::warn!(keys = ?report.skipped_sparse, "pull skipped row_sparse outputs (ignore_sparse); use row_sparse_pull for them");
+        }
+        Ok(())
+    }
+
+    /// Pulls with explicit options; reports which outputs were skipped.
+    pub fn pull_with<'a>(&self, keys: impl Into<Keys>, outs: impl Into<Arrays<'a>>, options: PullOptions) -> crate::Result<PullReport> {
+        let pairs = flatten("pull", keys.into(), outs.into())?;
+        match &self.backend {
+            Backend::Local(s) => s.pull(pairs, options.priority, options.ignore_sparse),
+        }
+    }
+
+    /// Push then pull as one call: the pulled value is the updated one.
+    pub fn pushpull<'a>(&self, keys: impl Into<Keys>, values: impl Into<Arrays<'a>>, outs: impl Into<Arrays<'a>>) -> crate::Result<()> {
+        self.pushpull_with_priority(keys, values, Some(outs.into()), 0)
+    }
+
+    /// Push then pull the result back into the pushed arrays themselves (MXNet's `out=None`).
+    pub fn pushpull_in_place<'a>(&self, keys: impl Into<Keys>, values: impl Into<Arrays<'a>>) -> crate::Result<()> {
+        self.pushpull_with_priority(keys, values, None, 0)
+    }
+
+    /// [`KVStore::pushpull`] with an engine priority; `outs = None` writes back in place.
+    pub fn pushpull_with_priority<'a>(
+        &self,
+        keys: impl Into<Keys>,
+        values: impl Into<Arrays<'a>>,
+        outs: Option<Arrays<'a>>,
+        priority: Priority,
+    ) -> crate::Result<()> {
+        let keys = keys.into();
+        let values = values.into();
+        let push_pairs = flatten("pushpull", keys.clone(), values.clone())?;
+        let pull_pairs = flatten("pushpull", keys, outs.unwrap_or(values))?;
+        match &self.backend {
+            Backend::Local(s) => {
+                // Validate both halves before scheduling either, so an error changes nothing.
+                let push = s.prepare_push(push_pairs)?;
+                let pull = s.prepare_pull(pull_pairs, true)?;
+                s.schedule_push(push, priority);
+                s.schedule_pull(pull, priority);
+                Ok(())
+            }
+        }
+    }
+
+    /// `init(keys, values)` then `pull(keys, outs)`: the value reaches every output. Each key
+    /// is initialised once, so a key can be broadcast once.
+    pub fn broadcast<'a>(&self, keys: impl Into<Keys>, values: impl Into<Arrays<'a>>, outs: impl Into<Arrays<'a>>) -> crate::Result<()> {
+        self.broadcast_with_priority(keys, values, outs, 0)
+    }
+
+    /// [`KVStore::broadcast`] with an engine priority.
+    pub fn broadcast_with_priority<'a>(
+        &self,
+        keys: impl Into<Keys>,
+        values: impl Into<Arrays<'a>>,
+        outs: impl Into<Arrays<'a>>,
+        priority: Priority,
+    ) -> crate::Result<()> {
+        let keys = keys.into();
+        let init_pairs = flatten("broadcast", keys.clone(), values.into())?;
+        let pull_pairs = flatten("broadcast", keys, outs.into())?;
+        for (key, out) in &pull_pairs {
+            if let Some((_, v)) = init_pairs.iter().find(|(k, _)| k == key) {
+                if v.shape() != out.shape() {
+                    return Err(Error::ShapeMismatch {
+                        op: "broadcast",
+                        key: key.clone(),
+                        expected: v.shape().clone(),
+                        got: out.shape().clone(),
+                    }
+                    .into());
+                }
+            }
+        }
+        match &self.backend {
+            Backend::Local(s) => {
+                s.init(init_pairs)?;
+                s.pull(pull_pairs, priority, true).map(drop)
+            }
+        }
+    }
+
+    /// Installs an updater `(key, merged, stored)`; see [`Updater`]. Pushes scheduled before
+    /// keep the updater they were scheduled with.
+    pub fn set_updater<F>(&self, updater: F)
+    where
+        F: Fn(&Key, &NDArray, &mut NDArray) -> crate::Result<()> + Send + Sync + 'static,
+    {
+        match &self.backend {
+            Backend::Local(s) => s.set_updater(Some(Arc::new(updater))),
+        }
+    }
+
+    /// Removes the updater: pushes assign the sum again.
+    pub fn clear_updater(&self) {
+        match &self.backend {
+            Backend::Local(s) => s.set_updater(None),
+        }
+    }
+
+    /// Whether an updater is installed.
+    pub fn has_updater(&self) -> bool {
+        match &self.backend {
+            Backend::Local(s) => s.has_updater(),
+        }
+    }
+
+    /// A barrier across workers: a no-op for in-process stores.
+    pub fn barrier(&self) -> crate::Result<()> {
+        Ok(())
+    }
+
+    /// Waits for every scheduled operation (of every store in the process) to complete;
+    /// returns the first error an operation raised since the last `wait_all`.
+    pub fn wait_all(&self) -> crate::Result<()> {
+        Engine::global().wait_all().map_err(Into::into)
+    }
+}
+
+impl fmt::Debug for KVStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KVStore").field("type", &self.name).finish_non_exhaustive()
+    }
+}

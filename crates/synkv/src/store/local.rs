@@ -1,0 +1,398 @@
+//! The in-process backend behind `local` and `device` stores.
+//!
+//! State: one [`Entry`] per key (the stored array, on `cpu(0)`, and the key's sort order),
+//! the store's key kind, and the updater. A call validates everything under the state lock
+//! (so a rejected call changes nothing), then schedules engine operations and returns:
+//!
+//! - push: per key, `stored = Σ values` (assign, fused into one pass) or, with an updater,
+//!   `merged = Σ values; updater(key, merged, stored)`. Small keys are batched into one
+//!   operation (up to [`BATCH_ELEMS`] elements), big keys get one operation each so they can
+//!   overlap. Updater calls are serialised through one engine var, so they run one at a time,
+//!   in ascending key order within a call and in call order across calls (spec K3.3).
+//! - pull: per key, copy the stored value into every output (converting dtypes).
+//!
+//! Pushed arrays are read by the engine operation and summed into the store's own buffer: the
+//! store never aliases a caller's array (spec K12.1, a deliberate difference from MXNet).
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use parking_lot::Mutex;
+
+use super::kvstore::{PullReport, Updater};
+use super::{Error, Key, KeyKind};
+use crate::engine::{Engine, Priority, Var};
+use crate::ndarray::{Buffer, RowSparse, Storage};
+use crate::{Context, NDArray, StorageType};
+
+/// Keys smaller than this many elements are batched into one engine operation.
+pub(crate) const BATCH_ELEMS: usize = 1 << 16;
+
+#[derive(Clone)]
+struct Entry {
+    stored: NDArray,
+    /// Sort order: the int key itself, or the init order of a str key (spec K1.4, K3.3).
+    order: i64,
+}
+
+#[derive(Default)]
+struct State {
+    key_kind: Option<KeyKind>,
+    entries: HashMap<Key, Entry>,
+    next_str_order: i64,
+    updater: Option<Updater>,
+}
+
+/// The `local` / `device` backend.
+pub(crate) struct LocalStore {
+    state: Mutex<State>,
+    /// Written by every operation that calls the updater: serialises updater calls.
+    updater_var: Var,
+}
+
+struct PushItem {
+    key: Key,
+    stored: NDArray,
+    inputs: Vec<NDArray>,
+}
+
+/// A validated push, ready to schedule.
+pub(crate) struct PreparedPush {
+    items: Vec<PushItem>,
+    updater: Option<Updater>,
+}
+
+/// A validated pull, ready to schedule.
+pub(crate) struct PreparedPull {
+    items: Vec<PullItem>,
+    report: PullReport,
+}
+
+struct PullItem {
+    stored: NDArray,
+    outs: Vec<NDArray>,
+}
+
+impl LocalStore {
+    pub(crate) fn new() -> LocalStore {
+        LocalStore { state: Mutex::new(State::default()), updater_var: Var::new() }
+    }
+
+    /// Checks that every key has the store's kind (or one kind, if none is fixed yet).
+    fn check_kinds<'k>(state: &State, op: &'static str, keys: impl Iterator<Item = &'k Key>) -> Result<Option<KeyKind>, Error> {
+        let mut kind = state.key_kind;
+        for key in keys {
+            match kind {
+                None => kind = Some(key.kind()),
+                Some(k) if k != key.kind() => {
+                    return Err(Error::MixedKeyKinds { op, store: k, got: key.kind(), key: key.clone() });
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(kind)
+    }
+
+    pub(crate) fn init(&self, pairs: Vec<(Key, &NDArray)>) -> crate::Result<()> {
+        let mut state = self.state.lock();
+        let kind = Self::check_kinds(&state, "init", pairs.iter().map(|p| &p.0))?;
+        for (i, (key, _)) in pairs.iter().enumerate() {
+            if state.entries.contains_key(key) || pairs[..i].iter().any(|(k, _)| k == key) {
+                return Err(Error::DuplicateInit { key: key.clone() }.into());
+            }
+        }
+        // Take snapshots first: a failed wait leaves the store unchanged.
+        let mut snapshots = Vec::with_capacity(pairs.len());
+        for (_, value) in &pairs {
+            snapshots.push(value.storage_snapshot()?);
+        }
+        state.key_kind = kind;
+        for ((key, value), storage) in pairs.into_iter().zip(snapshots) {
+            let order = match &key {
+                Key::Int(i) => i64::from(*i),
+                Key::Str(_) => {
+                    state.next_str_order += 1;
+                    state.next_str_order
+                }
+            };
+            let stored = NDArray::from_storage(value.shape().clone(), Context::cpu(0), storage);
+            state.entries.insert(key, Entry { stored, order });
+        }
+        Ok(())
+    }
+
+    /// Looks up every key of a call, in ascending key order, grouping repeated keys.
+    fn group<'a>(state: &State, op: &'static str, pairs: Vec<(Key, &'a NDArray)>) -> Result<Vec<(Key, Entry, Vec<&'a NDArray>)>, Error> {
+        Self::check_kinds(state, op, pairs.iter().map(|p| &p.0))?;
+        let mut index: HashMap<&Key, usize> = HashMap::with_capacity(pairs.len());
+        let mut groups: Vec<(Key, Entry, Vec<&'a NDArray>)> = Vec::with_capacity(pairs.len());
+        for (key, arr) in &pairs {
+            match index.get(key) {
+                Some(&i) => groups[i].2.push(arr),
+                None => {
+                    let entry = state.entries.get(key).ok_or_else(|| Error::NotInitialized { op, key: key.clone() })?;
+                    index.insert(key, groups.len());
+                    groups.push((key.clone(), entry.clone(), vec![arr]));
+                }
+            }
+        }
+        drop(index);
+        groups.sort_by_key(|g| g.1.order);
+        Ok(groups)
+    }
+
+    pub(crate) fn push(&self, pairs: Vec<(Key, &NDArray)>, priority: Priority) -> crate::Result<()> {
+        let prepared = self.prepare_push(pairs)?;
+        self.schedule_push(prepared, priority);
+        Ok(())
+    }
+
+    /// Validates a push; nothing is scheduled or changed yet.
+    pub(crate) fn prepare_push(&self, pairs: Vec<(Key, &NDArray)>) -> crate::Result<PreparedPush> {
+        let (groups, updater) = {
+            let mut state = self.state.lock();
+            let groups = Self::group(&state, "push", pairs)?;
+            for (key, entry, values) in &groups {
+                let stored = &entry.stored;
+                for v in values {
+                    if v.shape() != stored.shape() {
+                        return Err(Error::ShapeMismatch {
+                            op: "push",
+                            key: key.clone(),
+                            expected: stored.shape().clone(),
+                            got: v.shape().clone(),
+                        }
+                        .into());
+                    }
+                    if v.dtype() != stored.dtype() {
+                        return Err(Error::DTypeMismatch { op: "push", key: key.clone(), expected: stored.dtype(), got: v.dtype() }.into());
+                    }
+                    if v.storage_type() != StorageType::Dense || stored.storage_type() != StorageType::Dense {
+                        return Err(Error::UnsupportedStorage {
+                            op: "push",
+                            key: key.clone(),
+                            stype: StorageType::RowSparse,
+                            hint: "row_sparse push arrives with the row_sparse issue; push a dense array",
+                        }
+                        .into());
+                    }
+                }
+            }
+            if !groups.is_empty() && state.key_kind.is_none() {
+                state.key_kind = Some(groups[0].0.kind());
+            }
+            (groups, state.updater.clone())
+        };
+        let items = groups
+            .into_iter()
+            .map(|(key, entry, values)| PushItem { key, stored: entry.stored, inputs: values.into_iter().cloned().collect() })
+            .collect();
+        Ok(PreparedPush { items, updater })
+    }
+
+    /// Schedules a validated push.
+    pub(crate) fn schedule_push(&self, prepared: PreparedPush, priority: Priority) {
+        let PreparedPush { items, updater } = prepared;
+        for batch in batches(items.into_iter(), |it| it.stored.size()) {
+            self.schedule_push_batch(batch, updater.clone(), priority);
+        }
+    }
+
+    fn schedule_push_batch(&self, items: Vec<PushItem>, updater: Option<Updater>, priority: Priority) {
+        let reads: Vec<Var> = items.iter().flat_map(|it| it.inputs.iter().map(|a| a.var().clone())).collect();
+        let mut writes: Vec<Var> = items.iter().map(|it| it.stored.var().clone()).collect();
+        if updater.is_some() {
+            writes.push(self.updater_var.clone());
+        }
+        Engine::global().push("push", &reads, &writes, priority, move || {
+            for item in &items {
+                match &updater {
+                    None => reduce_assign(item),
+                    Some(f) => apply_updater(f, item)?,
+                }
+            }
+            Ok(())
+        });
+    }
+
+    pub(crate) fn pull(&self, pairs: Vec<(Key, &NDArray)>, priority: Priority, ignore_sparse: bool) -> crate::Result<PullReport> {
+        let prepared = self.prepare_pull(pairs, ignore_sparse)?;
+        Ok(self.schedule_pull(prepared, priority))
+    }
+
+    /// Validates a pull; nothing is scheduled yet.
+    pub(crate) fn prepare_pull(&self, pairs: Vec<(Key, &NDArray)>, ignore_sparse: bool) -> crate::Result<PreparedPull> {
+        let mut report = PullReport::default();
+        let groups = {
+            let mut state = self.state.lock();
+            let groups = Self::group(&state, "pull", pairs)?;
+            for (key, entry, outs) in &groups {
+                for o in outs {
+                    if o.shape() != entry.stored.shape() {
+                        return Err(Error::ShapeMismatch {
+                            op: "pull",
+                            key: key.clone(),
+                            expected: entry.stored.shape().clone(),
+                            got: o.shape().clone(),
+                        }
+                        .into());
+                    }
+                }
+            }
+            if !groups.is_empty() && state.key_kind.is_none() {
+                state.key_kind = Some(groups[0].0.kind());
+            }
+            groups
+        };
+        let mut items = Vec::with_capacity(groups.len());
+        for (key, entry, outs) in groups {
+            let mut keep = Vec::with_capacity(outs.len());
+            for o in outs {
+                if o.storage_type() == StorageType::RowSparse && ignore_sparse {
+                    if !report.skipped_sparse.contains(&key) {
+                        report.skipped_sparse.push(key.clone());
+                    }
+                } else {
+                    keep.push(o.clone());
+                }
+            }
+            if !keep.is_empty() {
+                items.push(PullItem { stored: entry.stored, outs: keep });
+            }
+        }
+        Ok(PreparedPull { items, report })
+    }
+
+    /// Schedules a validated pull; returns its report.
+    pub(crate) fn schedule_pull(&self, prepared: PreparedPull, priority: Priority) -> PullReport {
+        let PreparedPull { items, report } = prepared;
+        for batch in batches(items.into_iter(), |it| it.stored.size()) {
+            let reads: Vec<Var> = batch.iter().map(|it| it.stored.var().clone()).collect();
+            let writes: Vec<Var> = batch.iter().flat_map(|it| it.outs.iter().map(|o| o.var().clone())).collect();
+            Engine::global().push("pull", &reads, &writes, priority, move || {
+                for item in &batch {
+                    broadcast_to_outputs(item);
+                }
+                Ok(())
+            });
+        }
+        report
+    }
+
+    pub(crate) fn set_updater(&self, updater: Option<Updater>) {
+        self.state.lock().updater = updater;
+    }
+
+    pub(crate) fn has_updater(&self) -> bool {
+        self.state.lock().updater.is_some()
+    }
+}
+
+/// Splits items into engine operations: big items alone, small ones together up to BATCH_ELEMS.
+fn batches<T>(items: impl Iterator<Item = T>, size: impl Fn(&T) -> usize) -> Vec<Vec<T>> {
+    let mut out = Vec::new();
+    let mut cur = Vec::new();
+    let mut cur_elems = 0;
+    for it in items {
+        let n = size(&it);
+        if n >= BATCH_ELEMS {
+            out.push(vec![it]);
+            continue;
+        }
+        cur_elems += n;
+        cur.push(it);
+        if cur_elems >= BATCH_ELEMS {
+            out.push(std::mem::take(&mut cur));
+            cur_elems = 0;
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// `stored = Σ inputs`, one pass, straight into the store's buffer.
+fn reduce_assign(item: &PushItem) {
+    let guards: Vec<_> = item.inputs.iter().map(|a| a.storage()).collect();
+    let srcs: Vec<&Buffer> = guards.iter().filter_map(|g| g.dense()).collect();
+    let mut stored = item.stored.storage_mut();
+    if let (Some(dst), false) = (stored.dense_mut(), srcs.is_empty()) {
+        dst.assign_sum(&srcs);
+    }
+}
+
+/// `merged = Σ inputs`, then the user's updater on temporary arrays that own the data, so the
+/// updater's own (synchronous) array operations never wait on this operation's vars.
+fn apply_updater(f: &Updater, item: &PushItem) -> crate::Result<()> {
+    let stored_arr = &item.stored;
+    let merged = {
+        let guards: Vec<_> = item.inputs.iter().map(|a| a.storage()).collect();
+        let srcs: Vec<&Buffer> = guards.iter().filter_map(|g| g.dense()).collect();
+        let mut buf = Buffer::zeros(stored_arr.dtype(), stored_arr.size());
+        buf.assign_sum(&srcs);
+        NDArray::from_storage(stored_arr.shape().clone(), stored_arr.context(), Storage::Dense(buf))
+    };
+    let original = std::mem::replace(&mut *stored_arr.storage_mut(), Storage::placeholder());
+    let keep = NDArray::from_storage(stored_arr.shape().clone(), stored_arr.context(), original);
+    let mut arg = keep.clone();
+    let outcome = catch_unwind(AssertUnwindSafe(|| f(&item.key, &merged, &mut arg)));
+    let take = |a: &NDArray| std::mem::replace(&mut *a.storage_mut(), Storage::placeholder());
+    let mut result = match outcome {
+        Ok(r) => r,
+        Err(panic) => Err(Error::UpdaterPanicked { key: item.key.clone(), message: panic_message(&panic) }.into()),
+    };
+    let new_storage = if arg.is_same(&keep) {
+        take(&keep)
+    } else if arg.shape() == stored_arr.shape() && arg.dtype() == stored_arr.dtype() && arg.storage_type() == stored_arr.storage_type() {
+        match arg.storage_snapshot() {
+            Ok(s) => s,
+            Err(e) => {
+                result = result.and(Err(e.into()));
+                take(&keep)
+            }
+        }
+    } else {
+        let describe = |a: &NDArray| format!("{} {} {}", a.storage_type(), a.dtype(), a.shape());
+        result = result
+            .and(Err(Error::UpdaterChangedValue { key: item.key.clone(), expected: describe(stored_arr), got: describe(&arg) }.into()));
+        take(&keep)
+    };
+    *stored_arr.storage_mut() = new_storage;
+    result
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}
+
+/// Copies the stored value into every output (dense outputs get every element; row_sparse
+/// outputs, reached only with `ignore_sparse = false`, get every row).
+fn broadcast_to_outputs(item: &PullItem) {
+    let stored = item.stored.storage();
+    let shape = item.stored.shape();
+    let (rows, row_len) = (shape.rows(), shape.row_len());
+    let dense_src;
+    let src: &Buffer = match &*stored {
+        Storage::Dense(b) => b,
+        other => {
+            dense_src = other.to_dense_buffer(rows, row_len);
+            &dense_src
+        }
+    };
+    for out in &item.outs {
+        let mut o = out.storage_mut();
+        match &mut *o {
+            Storage::Dense(d) => d.assign_cast(src),
+            Storage::RowSparse(r) => {
+                *r = RowSparse { indices: (0..rows as i64).collect(), data: src.cast(r.data.dtype()) };
+            }
+        }
+    }
+}
