@@ -39,3 +39,8 @@ pub mod store;
 pub use error::{Error, Result};
 pub use ndarray::{Context, DType, NDArray, Shape, StorageType};
 pub use store::{create, KVStore, Key};
+
+/// The README's Rust example, compiled and run as a doctest.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
