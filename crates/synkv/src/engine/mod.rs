@@ -1,120 +1,74 @@
 //! The asynchronous dependency engine (MXNet's "mutation-aware dataflow scheduler").
 //!
-//! CONTRACT STUB — the bodies are being implemented; the signatures below are the API the rest
-//! of the crate codes against. See the implementer's notes in the helper prompt.
+//! Every operation declares the [`Var`]s it reads and the ones it writes, and a [`Priority`].
+//! The engine runs it on a pool of threads once its dependencies allow:
+//!
+//! - ops on disjoint vars run concurrently;
+//! - ops on the same var run in submission order: consecutive reads may overlap, a write waits
+//!   for every earlier read and write of the var, a read waits for every earlier write
+//!   (RAW, WAR, WAW);
+//! - among ready ops the highest priority runs first, FIFO among equals;
+//! - an op with no vars is ready at once.
+//!
+//! A var listed both as read and as write counts as a write for ordering (duplicates within a
+//! list are ignored). Asynchronous ops ([`Engine::push_async`]) receive a [`Completion`] and
+//! finish when it is used, possibly later and from any thread; a dropped `Completion` finishes
+//! the op with [`Error::Dropped`], so nothing hangs on a forgotten completion.
+//!
+//! ## Errors
+//! An op fails when its closure returns `Err`, panics (caught; the pool thread survives) or
+//! drops its completion. When an op finishes, its outcome is its own error if any, else the
+//! first error recorded on one of its read vars (in the order of `reads`; a var that is read and
+//! written counts), else `Ok`. Every var it writes then records that outcome: an error
+//! propagates down the dataflow, and a later successful write clears it. No op is ever skipped.
+//! [`Engine::wait_to_read`] / [`Engine::wait_to_write`] return and clear a var's recorded error;
+//! [`Engine::wait_all`] returns and clears the first error (in completion order) that an op raised
+//! itself since the previous `wait_all`; errors merely propagated from a read var are not logged
+//! again.
+//!
+//! ## Waiting from inside an op
+//! A wait whose target has already completed returns at once, even on a pool thread. Waiting for
+//! something that needs the op you are in to finish first is a deadlock: the engine detects the
+//! certain cases (an unfinished op waiting to read a var it writes or to write a var it uses,
+//! or an op's closure calling `wait_all` on its own engine) and panics, which fails that op
+//! instead of hanging. Waiting on an op queued behind your own (through other vars) cannot be
+//! detected and is a user error, as is blocking every pool thread on work that needs one.
+//!
+//! ## Organisation
+//! - `var` — [`Var`]: a small mutex-protected queue per var; grants reads and writes.
+//! - `op` — one pushed operation (pending-dependency counter, closure, inherited error) and
+//!   [`Completion`].
+//! - `pool` — the ready queue (a priority heap) and the worker threads.
+//! - `scheduler` — [`Engine`]: the public handle, `push`, waits, the global engine.
+//!
+//! There is no global lock held while ops run. Pushing an op costs O(#vars) short critical
+//! sections; ops with two or more vars additionally take one process-wide lock while they
+//! enqueue, so that concurrent pushes from several threads cannot order two vars' queues
+//! inconsistently (which would deadlock).
+//!
+//! ## Example
+//! ```
+//! # use synkv::engine::{Engine, Var};
+//! let engine = Engine::new(2);
+//! let (a, b) = (Var::new(), Var::new());
+//! engine.push("init-a", &[], &[a.clone()], 0, || Ok(()));
+//! engine.push("b=f(a)", &[a.clone()], &[b.clone()], 0, || Err("bad input".into()));
+//! assert!(engine.wait_to_read(&b).is_err()); // the failure is reported on the var it wrote
+//! assert!(engine.wait_all().is_err()); // and once, engine-wide
+//! assert!(engine.wait_all().is_ok());
+//! ```
 #![deny(unsafe_code)]
 
-use std::sync::Arc;
+mod error;
+mod op;
+mod pool;
+mod scheduler;
+mod var;
 
-/// Scheduling priority: among ready operations, higher runs first.
-pub type Priority = i32;
+#[cfg(test)]
+mod tests;
 
-/// A boxed error an operation may fail with.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-/// An error an operation raised, returned by the next wait on an affected variable.
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// The operation returned an error.
-    #[error("operation `{op}` failed: {source}")]
-    Failed {
-        /// The operation's name.
-        op: &'static str,
-        /// What went wrong.
-        source: Arc<dyn std::error::Error + Send + Sync + 'static>,
-    },
-    /// The operation panicked; the panic was caught on the pool thread.
-    #[error("operation `{op}` panicked: {message}")]
-    Panicked {
-        /// The operation's name.
-        op: &'static str,
-        /// The panic payload, when it was a string.
-        message: String,
-    },
-    /// An asynchronous operation dropped its [`Completion`] without completing it.
-    #[error("operation `{op}` was dropped before it completed")]
-    Dropped {
-        /// The operation's name.
-        op: &'static str,
-    },
-}
-
-/// A variable: the unit of dependency tracking (one per array).
-#[derive(Clone, Debug)]
-pub struct Var(Arc<()>);
-
-impl Var {
-    /// A fresh variable with no pending operations.
-    pub fn new() -> Var {
-        todo!()
-    }
-}
-
-impl Default for Var {
-    fn default() -> Self {
-        Var::new()
-    }
-}
-
-/// Handed to an asynchronous operation; completing it releases the operation's variables.
-#[derive(Debug)]
-pub struct Completion(());
-
-impl Completion {
-    /// The operation succeeded.
-    pub fn done(self) {
-        todo!()
-    }
-    /// The operation failed with `err`.
-    pub fn fail(self, err: BoxError) {
-        let _ = err;
-        todo!()
-    }
-}
-
-/// The engine: a thread pool plus per-variable queues.
-#[derive(Clone, Debug)]
-pub struct Engine(Arc<()>);
-
-impl Engine {
-    /// A new engine with `threads` pool threads (at least 1).
-    pub fn new(threads: usize) -> Engine {
-        let _ = threads;
-        todo!()
-    }
-    /// The process-wide engine (`SYNKV_ENGINE_THREADS`, default: available parallelism).
-    pub fn global() -> &'static Engine {
-        todo!()
-    }
-    /// Schedules a synchronous operation.
-    pub fn push<F>(&self, name: &'static str, reads: &[Var], writes: &[Var], priority: Priority, f: F)
-    where
-        F: FnOnce() -> Result<(), BoxError> + Send + 'static,
-    {
-        let _ = (name, reads, writes, priority, f);
-        todo!()
-    }
-    /// Schedules an asynchronous operation: it runs on the pool and finishes when `Completion` is used.
-    pub fn push_async<F>(&self, name: &'static str, reads: &[Var], writes: &[Var], priority: Priority, f: F)
-    where
-        F: FnOnce(Completion) + Send + 'static,
-    {
-        let _ = (name, reads, writes, priority, f);
-        todo!()
-    }
-    /// Waits until every write to `var` pushed before this call has completed; returns (and clears) the var's error.
-    pub fn wait_to_read(&self, var: &Var) -> Result<(), Error> {
-        let _ = var;
-        todo!()
-    }
-    /// Waits until every read and write of `var` pushed before this call has completed; returns (and clears) the var's error.
-    pub fn wait_to_write(&self, var: &Var) -> Result<(), Error> {
-        let _ = var;
-        todo!()
-    }
-    /// Waits until every operation pushed before this call has completed; returns (and clears) the first error raised since the last `wait_all`.
-    pub fn wait_all(&self) -> Result<(), Error> {
-        todo!()
-    }
-}
+pub use error::{BoxError, Error};
+pub use op::{Completion, Priority};
+pub use scheduler::Engine;
+pub use var::Var;

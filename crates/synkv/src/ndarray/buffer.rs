@@ -204,6 +204,21 @@ impl Buffer {
         }
     }
 
+    /// `self[dst_off..dst_off+len] += src[src_off..src_off+len]`, converting dtypes.
+    pub(crate) fn add_range_from(&mut self, dst_off: usize, src: &Buffer, src_off: usize, len: usize) {
+        if self.dtype() == src.dtype() {
+            with_buffer_pair!(&mut *self, src, (d, s) => kernels::add_into(&mut d[dst_off..dst_off + len], &s[src_off..src_off + len]), else => ());
+        } else {
+            let part = Buffer::from_range(src, src_off, len).cast(self.dtype());
+            self.add_range_from(dst_off, &part, 0, len);
+        }
+    }
+
+    /// A copy of `src[off..off+len]`.
+    pub(crate) fn from_range(src: &Buffer, off: usize, len: usize) -> Buffer {
+        with_buffer!(src, s => BufferElement::into_buffer(s[off..off + len].to_vec()))
+    }
+
     /// Copies `src[src_off..src_off+len]` into `self[dst_off..dst_off+len]`, converting dtypes.
     pub(crate) fn copy_range_from(&mut self, dst_off: usize, src: &Buffer, src_off: usize, len: usize) {
         if self.dtype() == src.dtype() {

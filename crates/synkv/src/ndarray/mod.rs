@@ -19,6 +19,7 @@
 //! - `storage.rs` — [`Storage`] (dense | row_sparse) and [`StorageType`];
 //! - `array.rs` — [`NDArray`] itself (construction, access, waiting, copies);
 //! - `ops.rs` — elementwise arithmetic with scalars and arrays;
+//! - `sparse.rs` — row_sparse kernels (sum by row union, gather rows by id);
 //! - `error.rs` — [`Error`].
 #![deny(unsafe_code)]
 
@@ -29,6 +30,7 @@ mod dtype;
 mod error;
 mod ops;
 mod shape;
+pub mod sparse;
 mod storage;
 
 pub use array::NDArray;

@@ -10,13 +10,20 @@ use super::{Error, Key, Keys};
 use crate::NDArray;
 
 /// One array, a list of arrays, or a list of lists of arrays.
+///
+/// Borrowed forms (`Slice`, `Lists`) let the common call shapes (`&[NDArray]`,
+/// `&[Vec<NDArray>]`) flatten without building intermediate vectors.
 #[derive(Clone, Debug)]
 pub enum Arrays<'a> {
     /// A single array.
     One(&'a NDArray),
     /// A list: per-device values of one key, or one array per key of a key list.
+    Slice(&'a [NDArray]),
+    /// A list of references.
     List(Vec<&'a NDArray>),
     /// One list per key.
+    Lists(&'a [Vec<NDArray>]),
+    /// One list of references per key.
     Nested(Vec<Vec<&'a NDArray>>),
 }
 
@@ -27,17 +34,17 @@ impl<'a> From<&'a NDArray> for Arrays<'a> {
 }
 impl<'a> From<&'a [NDArray]> for Arrays<'a> {
     fn from(a: &'a [NDArray]) -> Self {
-        Arrays::List(a.iter().collect())
+        Arrays::Slice(a)
     }
 }
 impl<'a> From<&'a Vec<NDArray>> for Arrays<'a> {
     fn from(a: &'a Vec<NDArray>) -> Self {
-        Arrays::List(a.iter().collect())
+        Arrays::Slice(a)
     }
 }
 impl<'a, const N: usize> From<&'a [NDArray; N]> for Arrays<'a> {
     fn from(a: &'a [NDArray; N]) -> Self {
-        Arrays::List(a.iter().collect())
+        Arrays::Slice(a)
     }
 }
 impl<'a> From<Vec<&'a NDArray>> for Arrays<'a> {
@@ -57,12 +64,12 @@ impl<'a, const N: usize> From<[&'a NDArray; N]> for Arrays<'a> {
 }
 impl<'a> From<&'a [Vec<NDArray>]> for Arrays<'a> {
     fn from(a: &'a [Vec<NDArray>]) -> Self {
-        Arrays::Nested(a.iter().map(|v| v.iter().collect()).collect())
+        Arrays::Lists(a)
     }
 }
 impl<'a> From<&'a Vec<Vec<NDArray>>> for Arrays<'a> {
     fn from(a: &'a Vec<Vec<NDArray>>) -> Self {
-        Arrays::Nested(a.iter().map(|v| v.iter().collect()).collect())
+        Arrays::Lists(a)
     }
 }
 impl<'a> From<Vec<Vec<&'a NDArray>>> for Arrays<'a> {
@@ -75,7 +82,9 @@ impl<'a> Arrays<'a> {
     fn count(&self) -> usize {
         match self {
             Arrays::One(_) => 1,
+            Arrays::Slice(v) => v.len(),
             Arrays::List(v) => v.len(),
+            Arrays::Lists(v) => v.len(),
             Arrays::Nested(v) => v.len(),
         }
     }
@@ -85,41 +94,52 @@ impl<'a> Arrays<'a> {
 /// with an empty array list gives no pairs (a no-op call, spec K12.17).
 pub(crate) fn flatten<'a>(op: &'static str, keys: Keys, arrays: Arrays<'a>) -> Result<Vec<(Key, &'a NDArray)>, Error> {
     match keys {
-        Keys::One(key) => match arrays {
-            Arrays::One(a) => Ok(vec![(key, a)]),
-            Arrays::List(list) => {
-                if list.is_empty() {
-                    return Err(Error::EmptyValueList { op, key });
-                }
-                Ok(list.into_iter().map(|a| (key.clone(), a)).collect())
-            }
-            Arrays::Nested(lists) => {
+        Keys::One(key) => {
+            let list: Vec<&'a NDArray> = match arrays {
+                Arrays::One(a) => return Ok(vec![(key, a)]),
+                Arrays::Slice(v) => v.iter().collect(),
+                Arrays::List(v) => v,
                 // A single key with a one-element list of lists is unambiguous.
-                if lists.len() == 1 {
-                    flatten(op, Keys::One(key), Arrays::List(lists.into_iter().flatten().collect()))
-                } else {
-                    Err(Error::LengthMismatch { op, keys: 1, values: lists.len() })
-                }
+                Arrays::Lists(v) if v.len() == 1 => v[0].iter().collect(),
+                Arrays::Nested(mut v) if v.len() == 1 => v.remove(0),
+                other => return Err(Error::LengthMismatch { op, keys: 1, values: other.count() }),
+            };
+            if list.is_empty() {
+                return Err(Error::EmptyValueList { op, key });
             }
-        },
+            Ok(list.into_iter().map(|a| (key.clone(), a)).collect())
+        }
         Keys::Many(keys) => {
             if keys.len() != arrays.count() {
                 return Err(Error::LengthMismatch { op, keys: keys.len(), values: arrays.count() });
             }
+            let mut out = Vec::with_capacity(keys.len());
             match arrays {
-                Arrays::One(a) => Ok(keys.into_iter().map(|k| (k, a)).collect()),
-                Arrays::List(list) => Ok(keys.into_iter().zip(list).collect()),
+                Arrays::One(a) => out.extend(keys.into_iter().map(|k| (k, a))),
+                Arrays::Slice(v) => out.extend(keys.into_iter().zip(v.iter())),
+                Arrays::List(v) => out.extend(keys.into_iter().zip(v)),
+                Arrays::Lists(lists) => {
+                    for (k, list) in keys.into_iter().zip(lists) {
+                        if list.is_empty() {
+                            return Err(Error::EmptyValueList { op, key: k });
+                        }
+                        if let [a] = list.as_slice() {
+                            out.push((k, a));
+                        } else {
+                            out.extend(list.iter().map(|a| (k.clone(), a)));
+                        }
+                    }
+                }
                 Arrays::Nested(lists) => {
-                    let mut out = Vec::with_capacity(lists.iter().map(Vec::len).sum());
                     for (k, list) in keys.into_iter().zip(lists) {
                         if list.is_empty() {
                             return Err(Error::EmptyValueList { op, key: k });
                         }
                         out.extend(list.into_iter().map(|a| (k.clone(), a)));
                     }
-                    Ok(out)
                 }
             }
+            Ok(out)
         }
     }
 }

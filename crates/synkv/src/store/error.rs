@@ -116,6 +116,24 @@ pub enum Error {
         /// What the updater left.
         got: String,
     },
+    /// A row id outside the key's rows.
+    #[error("row_sparse_pull: row id {id} is out of range for key {key}, which has {rows} rows")]
+    RowIdOutOfRange {
+        /// The key.
+        key: Key,
+        /// The offending id.
+        id: i64,
+        /// The key's number of rows.
+        rows: usize,
+    },
+    /// The updater returned an error.
+    #[error("updater for key {key} failed: {source}")]
+    UpdaterFailed {
+        /// The key.
+        key: Key,
+        /// What the updater returned.
+        source: std::sync::Arc<crate::Error>,
+    },
     /// The updater panicked.
     #[error("updater for key {key} panicked: {message}")]
     UpdaterPanicked {

@@ -216,6 +216,53 @@ impl KVStore {
         }
     }
 
+    /// Pulls only the rows `row_ids` of row_sparse keys into row_sparse outputs (spec K5.8–
+    /// K5.11). Row ids may have any numeric dtype and shape, be unsorted and repeat: they are
+    /// sorted and de-duplicated. Each output gets exactly the requested rows (zeros for rows
+    /// the key does not hold). Give one row-id array per output, or one for all outputs of a
+    /// single key.
+    pub fn row_sparse_pull<'a>(
+        &self,
+        keys: impl Into<Keys>,
+        outs: impl Into<Arrays<'a>>,
+        row_ids: impl Into<Arrays<'a>>,
+    ) -> crate::Result<()> {
+        self.row_sparse_pull_with_priority(keys, outs, row_ids, 0)
+    }
+
+    /// [`KVStore::row_sparse_pull`] with an engine priority.
+    pub fn row_sparse_pull_with_priority<'a>(
+        &self,
+        keys: impl Into<Keys>,
+        outs: impl Into<Arrays<'a>>,
+        row_ids: impl Into<Arrays<'a>>,
+        priority: Priority,
+    ) -> crate::Result<()> {
+        let op = "row_sparse_pull";
+        let keys = keys.into();
+        let out_pairs = flatten(op, keys.clone(), outs.into())?;
+        let row_ids = row_ids.into();
+        let id_arrays: Vec<&NDArray> = match (&keys, row_ids) {
+            (Keys::One(_), Arrays::One(ids)) => vec![ids; out_pairs.len()],
+            (keys, ids) => {
+                let pairs = flatten(op, keys.clone(), ids)?;
+                if pairs.len() != out_pairs.len() {
+                    return Err(Error::LengthMismatch { op, keys: out_pairs.len(), values: pairs.len() }.into());
+                }
+                pairs.into_iter().map(|p| p.1).collect()
+            }
+        };
+        let mut triples = Vec::with_capacity(out_pairs.len());
+        for ((key, out), ids) in out_pairs.into_iter().zip(id_arrays) {
+            let mut v: Vec<i64> = ids.to_vec::<f64>()?.into_iter().map(|x| x as i64).collect();
+            crate::ndarray::sparse::normalize_row_ids(&mut v);
+            triples.push((key, out, v));
+        }
+        match &self.backend {
+            Backend::Local(s) => s.row_sparse_pull(triples, priority),
+        }
+    }
+
     /// Installs an updater `(key, merged, stored)`; see [`Updater`]. Pushes scheduled before
     /// keep the updater they were scheduled with.
     pub fn set_updater<F>(&self, updater: F)

@@ -7,22 +7,25 @@
 //! - push: per key, `stored = Σ values` (assign, fused into one pass) or, with an updater,
 //!   `merged = Σ values; updater(key, merged, stored)`. Small keys are batched into one
 //!   operation (up to [`BATCH_ELEMS`] elements), big keys get one operation each so they can
-//!   overlap. Updater calls are serialised through one engine var, so they run one at a time,
+//!   overlap; with an updater every key gets its own operation. Updater calls are serialised through one engine var, so they run one at a time,
 //!   in ascending key order within a call and in call order across calls (spec K3.3).
-//! - pull: per key, copy the stored value into every output (converting dtypes).
+//! - pull: per key, copy the stored value into every output (converting dtypes). A failed
+//!   update of a key is reported once, on the outputs of the next pull of it (the pull takes
+//!   the error from the key), and by `wait_all`; the key keeps its last good value.
 //!
 //! Pushed arrays are read by the engine operation and summed into the store's own buffer: the
 //! store never aliases a caller's array (spec K12.1, a deliberate difference from MXNet).
 
-use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use parking_lot::Mutex;
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 
 use super::kvstore::{PullReport, Updater};
 use super::{Error, Key, KeyKind};
 use crate::engine::{Engine, Priority, Var};
-use crate::ndarray::{Buffer, RowSparse, Storage};
+use crate::ndarray::{sparse, Buffer, RowSparse, Storage};
 use crate::{Context, NDArray, StorageType};
 
 /// Keys smaller than this many elements are batched into one engine operation.
@@ -35,10 +38,18 @@ struct Entry {
     order: i64,
 }
 
+/// A key of one call, its stored array, and the arrays given for it.
+struct Group<'a> {
+    key: Key,
+    order: i64,
+    stored: NDArray,
+    arrays: SmallVec<[&'a NDArray; 4]>,
+}
+
 #[derive(Default)]
 struct State {
     key_kind: Option<KeyKind>,
-    entries: HashMap<Key, Entry>,
+    entries: FxHashMap<Key, Entry>,
     next_str_order: i64,
     updater: Option<Updater>,
 }
@@ -53,7 +64,7 @@ pub(crate) struct LocalStore {
 struct PushItem {
     key: Key,
     stored: NDArray,
-    inputs: Vec<NDArray>,
+    inputs: SmallVec<[NDArray; 4]>,
 }
 
 /// A validated push, ready to schedule.
@@ -70,7 +81,7 @@ pub(crate) struct PreparedPull {
 
 struct PullItem {
     stored: NDArray,
-    outs: Vec<NDArray>,
+    outs: SmallVec<[NDArray; 4]>,
 }
 
 impl LocalStore {
@@ -121,23 +132,26 @@ impl LocalStore {
         Ok(())
     }
 
-    /// Looks up every key of a call, in ascending key order, grouping repeated keys.
-    fn group<'a>(state: &State, op: &'static str, pairs: Vec<(Key, &'a NDArray)>) -> Result<Vec<(Key, Entry, Vec<&'a NDArray>)>, Error> {
+    /// Looks up every key of a call and groups repeated keys, in ascending key order (arrays
+    /// of one key keep their order in the call).
+    fn group<'a>(state: &State, op: &'static str, pairs: Vec<(Key, &'a NDArray)>) -> Result<Vec<Group<'a>>, Error> {
         Self::check_kinds(state, op, pairs.iter().map(|p| &p.0))?;
-        let mut index: HashMap<&Key, usize> = HashMap::with_capacity(pairs.len());
-        let mut groups: Vec<(Key, Entry, Vec<&'a NDArray>)> = Vec::with_capacity(pairs.len());
-        for (key, arr) in &pairs {
-            match index.get(key) {
-                Some(&i) => groups[i].2.push(arr),
-                None => {
-                    let entry = state.entries.get(key).ok_or_else(|| Error::NotInitialized { op, key: key.clone() })?;
-                    index.insert(key, groups.len());
-                    groups.push((key.clone(), entry.clone(), vec![arr]));
-                }
+        let mut found: Vec<(i64, Key, &'a NDArray, &NDArray)> = Vec::with_capacity(pairs.len());
+        for (key, arr) in pairs {
+            let entry = state.entries.get(&key).ok_or_else(|| Error::NotInitialized { op, key: key.clone() })?;
+            found.push((entry.order, key, arr, &entry.stored));
+        }
+        // Stable: the arrays of one key stay in call order.
+        if !found.windows(2).all(|w| w[0].0 < w[1].0) {
+            found.sort_by_key(|f| f.0);
+        }
+        let mut groups: Vec<Group<'a>> = Vec::with_capacity(found.len());
+        for (order, key, arr, stored) in found {
+            match groups.last_mut() {
+                Some(g) if g.order == order => g.arrays.push(arr),
+                _ => groups.push(Group { key, order, stored: stored.clone(), arrays: smallvec::smallvec![arr] }),
             }
         }
-        drop(index);
-        groups.sort_by_key(|g| g.1.order);
         Ok(groups)
     }
 
@@ -152,9 +166,8 @@ impl LocalStore {
         let (groups, updater) = {
             let mut state = self.state.lock();
             let groups = Self::group(&state, "push", pairs)?;
-            for (key, entry, values) in &groups {
-                let stored = &entry.stored;
-                for v in values {
+            for Group { key, stored, arrays, .. } in &groups {
+                for v in arrays {
                     if v.shape() != stored.shape() {
                         return Err(Error::ShapeMismatch {
                             op: "push",
@@ -167,25 +180,16 @@ impl LocalStore {
                     if v.dtype() != stored.dtype() {
                         return Err(Error::DTypeMismatch { op: "push", key: key.clone(), expected: stored.dtype(), got: v.dtype() }.into());
                     }
-                    if v.storage_type() != StorageType::Dense || stored.storage_type() != StorageType::Dense {
-                        return Err(Error::UnsupportedStorage {
-                            op: "push",
-                            key: key.clone(),
-                            stype: StorageType::RowSparse,
-                            hint: "row_sparse push arrives with the row_sparse issue; push a dense array",
-                        }
-                        .into());
-                    }
                 }
             }
-            if !groups.is_empty() && state.key_kind.is_none() {
-                state.key_kind = Some(groups[0].0.kind());
+            if let (Some(first), None) = (groups.first(), state.key_kind) {
+                state.key_kind = Some(first.key.kind());
             }
             (groups, state.updater.clone())
         };
         let items = groups
             .into_iter()
-            .map(|(key, entry, values)| PushItem { key, stored: entry.stored, inputs: values.into_iter().cloned().collect() })
+            .map(|g| PushItem { key: g.key, stored: g.stored, inputs: g.arrays.into_iter().cloned().collect() })
             .collect();
         Ok(PreparedPush { items, updater })
     }
@@ -193,8 +197,16 @@ impl LocalStore {
     /// Schedules a validated push.
     pub(crate) fn schedule_push(&self, prepared: PreparedPush, priority: Priority) {
         let PreparedPush { items, updater } = prepared;
+        if updater.is_some() {
+            // One operation per key: a failing updater marks only its own key, and the other
+            // keys of the call are still updated. Updater calls are serialised anyway.
+            for item in items {
+                self.schedule_push_batch(vec![item], updater.clone(), priority);
+            }
+            return;
+        }
         for batch in batches(items.into_iter(), |it| it.stored.size()) {
-            self.schedule_push_batch(batch, updater.clone(), priority);
+            self.schedule_push_batch(batch, None, priority);
         }
     }
 
@@ -226,28 +238,28 @@ impl LocalStore {
         let groups = {
             let mut state = self.state.lock();
             let groups = Self::group(&state, "pull", pairs)?;
-            for (key, entry, outs) in &groups {
-                for o in outs {
-                    if o.shape() != entry.stored.shape() {
+            for Group { key, stored, arrays, .. } in &groups {
+                for o in arrays {
+                    if o.shape() != stored.shape() {
                         return Err(Error::ShapeMismatch {
                             op: "pull",
                             key: key.clone(),
-                            expected: entry.stored.shape().clone(),
+                            expected: stored.shape().clone(),
                             got: o.shape().clone(),
                         }
                         .into());
                     }
                 }
             }
-            if !groups.is_empty() && state.key_kind.is_none() {
-                state.key_kind = Some(groups[0].0.kind());
+            if let (Some(first), None) = (groups.first(), state.key_kind) {
+                state.key_kind = Some(first.key.kind());
             }
             groups
         };
         let mut items = Vec::with_capacity(groups.len());
-        for (key, entry, outs) in groups {
-            let mut keep = Vec::with_capacity(outs.len());
-            for o in outs {
+        for Group { key, stored, arrays, .. } in groups {
+            let mut keep = SmallVec::new();
+            for o in arrays {
                 if o.storage_type() == StorageType::RowSparse && ignore_sparse {
                     if !report.skipped_sparse.contains(&key) {
                         report.skipped_sparse.push(key.clone());
@@ -257,7 +269,7 @@ impl LocalStore {
                 }
             }
             if !keep.is_empty() {
-                items.push(PullItem { stored: entry.stored, outs: keep });
+                items.push(PullItem { stored, outs: keep });
             }
         }
         Ok(PreparedPull { items, report })
@@ -269,7 +281,7 @@ impl LocalStore {
         for batch in batches(items.into_iter(), |it| it.stored.size()) {
             let reads: Vec<Var> = batch.iter().map(|it| it.stored.var().clone()).collect();
             let writes: Vec<Var> = batch.iter().flat_map(|it| it.outs.iter().map(|o| o.var().clone())).collect();
-            Engine::global().push("pull", &reads, &writes, priority, move || {
+            Engine::global().push_taking_errors("pull", &reads, &writes, priority, move || {
                 for item in &batch {
                     broadcast_to_outputs(item);
                 }
@@ -277,6 +289,58 @@ impl LocalStore {
             });
         }
         report
+    }
+
+    /// Pulls the rows `ids` (sorted, unique) of each key into row_sparse outputs.
+    pub(crate) fn row_sparse_pull(&self, pairs: Vec<(Key, &NDArray, Vec<i64>)>, priority: Priority) -> crate::Result<()> {
+        let op = "row_sparse_pull";
+        let mut items = Vec::with_capacity(pairs.len());
+        {
+            let mut state = self.state.lock();
+            Self::check_kinds(&state, op, pairs.iter().map(|p| &p.0))?;
+            for (key, out, ids) in &pairs {
+                let entry = state.entries.get(key).ok_or_else(|| Error::NotInitialized { op, key: key.clone() })?;
+                let stored = &entry.stored;
+                if stored.storage_type() != StorageType::RowSparse {
+                    return Err(Error::UnsupportedStorage {
+                        op,
+                        key: key.clone(),
+                        stype: stored.storage_type(),
+                        hint: "row_sparse_pull needs a key initialised with a row_sparse value; use pull for dense keys",
+                    }
+                    .into());
+                }
+                if out.storage_type() != StorageType::RowSparse {
+                    return Err(Error::UnsupportedStorage {
+                        op,
+                        key: key.clone(),
+                        stype: out.storage_type(),
+                        hint: "row_sparse_pull writes into row_sparse outputs; create the output with NDArray::row_sparse_zeros",
+                    }
+                    .into());
+                }
+                if out.shape() != stored.shape() {
+                    return Err(
+                        Error::ShapeMismatch { op, key: key.clone(), expected: stored.shape().clone(), got: out.shape().clone() }.into()
+                    );
+                }
+                if let Some(&bad) = ids.iter().find(|&&i| i < 0 || i as u64 >= stored.shape().rows() as u64) {
+                    return Err(Error::RowIdOutOfRange { key: key.clone(), id: bad, rows: stored.shape().rows() }.into());
+                }
+                items.push((stored.clone(), (*out).clone(), ids.clone()));
+            }
+            if let (Some(first), None) = (pairs.first(), state.key_kind) {
+                state.key_kind = Some(first.0.kind());
+            }
+        }
+        for (stored, out, ids) in items {
+            Engine::global().push_taking_errors(op, &[stored.var().clone()], &[out.var().clone()], priority, move || {
+                let rows = sparse::gather_rows(&stored.storage(), stored.shape().row_len(), &ids, out.dtype());
+                *out.storage_mut() = Storage::RowSparse(rows);
+                Ok(())
+            });
+        }
+        Ok(())
     }
 
     pub(crate) fn set_updater(&self, updater: Option<Updater>) {
@@ -312,13 +376,48 @@ fn batches<T>(items: impl Iterator<Item = T>, size: impl Fn(&T) -> usize) -> Vec
     out
 }
 
-/// `stored = Σ inputs`, one pass, straight into the store's buffer.
+/// `stored = Σ inputs`, one pass, straight into the store's buffer. With row_sparse values
+/// the sum is by row union; a dense key then holds that sum densified (absent rows zero), a
+/// row_sparse key holds it as is.
 fn reduce_assign(item: &PushItem) {
-    let guards: Vec<_> = item.inputs.iter().map(|a| a.storage()).collect();
-    let srcs: Vec<&Buffer> = guards.iter().filter_map(|g| g.dense()).collect();
+    if let [only] = item.inputs.as_slice() {
+        let src = only.storage();
+        let mut stored = item.stored.storage_mut();
+        if let (Storage::Dense(s), Some(d)) = (&*src, stored.dense_mut()) {
+            d.assign_cast(s);
+            return;
+        }
+    }
+    let guards: SmallVec<[_; 4]> = item.inputs.iter().map(|a| a.storage()).collect();
+    let all_dense = guards.iter().all(|g| g.storage_type() == StorageType::Dense);
     let mut stored = item.stored.storage_mut();
-    if let (Some(dst), false) = (stored.dense_mut(), srcs.is_empty()) {
-        dst.assign_sum(&srcs);
+    if all_dense && stored.storage_type() == StorageType::Dense {
+        let srcs: Vec<&Buffer> = guards.iter().filter_map(|g| g.dense()).collect();
+        if let (Some(dst), false) = (stored.dense_mut(), srcs.is_empty()) {
+            dst.assign_sum(&srcs);
+        }
+        return;
+    }
+    let merged = merge_any(&item.stored, &guards);
+    let shape = item.stored.shape();
+    *stored = match (&*stored, merged) {
+        (Storage::Dense(_), m) => Storage::Dense(m.to_dense_buffer(shape.rows(), shape.row_len())),
+        (_, Storage::Dense(b)) => Storage::RowSparse(RowSparse { indices: (0..shape.rows() as i64).collect(), data: b }),
+        (_, m) => m,
+    };
+}
+
+/// The sum of a key's pushed values: dense if every value is dense, else row_sparse.
+fn merge_any(stored: &NDArray, guards: &[impl std::ops::Deref<Target = Storage>]) -> Storage {
+    let shape = stored.shape();
+    if guards.iter().all(|g| g.storage_type() == StorageType::Dense) {
+        let srcs: Vec<&Buffer> = guards.iter().filter_map(|g| g.dense()).collect();
+        let mut buf = Buffer::zeros(stored.dtype(), stored.size());
+        buf.assign_sum(&srcs);
+        Storage::Dense(buf)
+    } else {
+        let parts: Vec<&Storage> = guards.iter().map(|g| &**g).collect();
+        Storage::RowSparse(sparse::sum_row_sparse(&parts, shape.rows(), shape.row_len(), stored.dtype()))
     }
 }
 
@@ -328,10 +427,7 @@ fn apply_updater(f: &Updater, item: &PushItem) -> crate::Result<()> {
     let stored_arr = &item.stored;
     let merged = {
         let guards: Vec<_> = item.inputs.iter().map(|a| a.storage()).collect();
-        let srcs: Vec<&Buffer> = guards.iter().filter_map(|g| g.dense()).collect();
-        let mut buf = Buffer::zeros(stored_arr.dtype(), stored_arr.size());
-        buf.assign_sum(&srcs);
-        NDArray::from_storage(stored_arr.shape().clone(), stored_arr.context(), Storage::Dense(buf))
+        NDArray::from_storage(stored_arr.shape().clone(), stored_arr.context(), merge_any(stored_arr, &guards))
     };
     let original = std::mem::replace(&mut *stored_arr.storage_mut(), Storage::placeholder());
     let keep = NDArray::from_storage(stored_arr.shape().clone(), stored_arr.context(), original);
@@ -339,7 +435,7 @@ fn apply_updater(f: &Updater, item: &PushItem) -> crate::Result<()> {
     let outcome = catch_unwind(AssertUnwindSafe(|| f(&item.key, &merged, &mut arg)));
     let take = |a: &NDArray| std::mem::replace(&mut *a.storage_mut(), Storage::placeholder());
     let mut result = match outcome {
-        Ok(r) => r,
+        Ok(r) => r.map_err(|e| Error::UpdaterFailed { key: item.key.clone(), source: std::sync::Arc::new(e) }.into()),
         Err(panic) => Err(Error::UpdaterPanicked { key: item.key.clone(), message: panic_message(&panic) }.into()),
     };
     let new_storage = if arg.is_same(&keep) {

@@ -1,0 +1,153 @@
+//! Wait tests: what `wait_to_read`, `wait_to_write` and `wait_all` wait for, waits from inside
+//! ops, and the global engine's configuration.
+
+use std::slice::from_ref;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use super::{watchdog, Gate, LIMIT};
+use crate::engine::scheduler::threads_from;
+use crate::engine::{Engine, Var};
+
+/// A read of `v` that blocks until `gate` opens; `started` opens when it runs.
+fn blocked_read(engine: &Engine, v: &Var, started: &Gate, gate: &Gate) {
+    let (started, gate) = (started.clone(), gate.clone());
+    engine.push("slow-read", from_ref(v), &[], 0, move || {
+        started.open();
+        assert!(gate.wait());
+        Ok(())
+    });
+}
+
+#[test]
+fn wait_to_write_waits_for_readers_but_wait_to_read_does_not() {
+    watchdog(|| {
+        let engine = Engine::new(2);
+        let v = Var::new();
+        let (started, gate) = (Gate::default(), Gate::default());
+        blocked_read(&engine, &v, &started, &gate);
+        assert!(started.wait());
+        // No write is pending: reading may proceed beside the reader.
+        engine.wait_to_read(&v).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let (e, var) = (engine.clone(), v.clone());
+        let waiter = std::thread::spawn(move || {
+            let result = e.wait_to_write(&var);
+            tx.send(()).unwrap();
+            result
+        });
+        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err(), "wait_to_write returned while a reader was running");
+        gate.open();
+        rx.recv_timeout(LIMIT).expect("wait_to_write never returned");
+        waiter.join().unwrap().unwrap();
+        engine.wait_all().unwrap();
+    });
+}
+
+#[test]
+fn wait_to_read_waits_for_earlier_writes_only() {
+    watchdog(|| {
+        let engine = Engine::new(2);
+        let v = Var::new();
+        let gate = Gate::default();
+        let wrote = Arc::new(AtomicBool::new(false));
+        {
+            let (gate, wrote) = (gate.clone(), wrote.clone());
+            engine.push_async("slow-write", &[], from_ref(&v), 0, move |c| {
+                std::thread::spawn(move || {
+                    assert!(gate.wait());
+                    wrote.store(true, Ordering::SeqCst);
+                    c.done();
+                });
+            });
+        }
+        let opener = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(30));
+                gate.open();
+            })
+        };
+        engine.wait_to_read(&v).unwrap();
+        assert!(wrote.load(Ordering::SeqCst), "wait_to_read returned before the write");
+        opener.join().unwrap();
+        engine.wait_all().unwrap();
+    });
+}
+
+#[test]
+fn wait_all_waits_for_async_ops_and_their_followers() {
+    watchdog(|| {
+        let engine = Engine::new(2);
+        let v = Var::new();
+        let finished = Arc::new(AtomicBool::new(false));
+        engine.push_async("net", &[], from_ref(&v), 0, |c| {
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                c.done();
+            });
+        });
+        let flag = finished.clone();
+        engine.push("after", from_ref(&v), &[], 0, move || {
+            flag.store(true, Ordering::SeqCst);
+            Ok(())
+        });
+        engine.wait_all().unwrap();
+        assert!(finished.load(Ordering::SeqCst));
+    });
+}
+
+#[test]
+fn waiting_inside_an_op_on_finished_work_does_not_deadlock() {
+    watchdog(|| {
+        let engine = Engine::new(1);
+        let (done, busy) = (Var::new(), Var::new());
+        engine.push("write", &[], from_ref(&done), 0, || Ok(()));
+        engine.wait_to_read(&done).unwrap();
+        let inner = engine.clone();
+        let (d, b) = (done.clone(), busy.clone());
+        engine.push("waits-inside", &[], &[], 0, move || {
+            inner.wait_to_read(&d)?;
+            inner.wait_to_write(&d)?;
+            // A var this op only reads can be waited on for reading.
+            let _ = b;
+            Ok(())
+        });
+        let inner = engine.clone();
+        let b = busy.clone();
+        engine.push("reads-and-waits", from_ref(&busy), &[], 0, move || inner.wait_to_read(&b).map_err(Into::into));
+        engine.wait_all().unwrap();
+    });
+}
+
+#[test]
+fn waits_on_idle_vars_return_at_once() {
+    watchdog(|| {
+        let engine = Engine::new(1);
+        let v = Var::new();
+        engine.wait_to_read(&v).unwrap();
+        engine.wait_to_write(&v).unwrap();
+        engine.wait_all().unwrap();
+    });
+}
+
+#[test]
+fn global_engine_is_shared_and_thread_count_parses() {
+    watchdog(|| {
+        let engine = Engine::global();
+        assert!(std::ptr::eq(engine, Engine::global()));
+        assert!(engine.threads() >= 1);
+        let v = Var::new();
+        engine.push("global", &[], from_ref(&v), 0, || Ok(()));
+        engine.wait_to_read(&v).unwrap();
+    });
+    let default = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(threads_from(Some("3")), 3);
+    assert_eq!(threads_from(Some(" 8 ")), 8);
+    assert_eq!(threads_from(Some("0")), default);
+    assert_eq!(threads_from(Some("lots")), default);
+    assert_eq!(threads_from(Some("-2")), default);
+    assert_eq!(threads_from(None), default);
+    assert_eq!(Engine::new(0).threads(), 1);
+}

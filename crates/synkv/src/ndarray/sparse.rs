@@ -1,0 +1,116 @@
+//! Row-sparse kernels: summing row_sparse values (row union) and gathering rows by id.
+//!
+//! A row_sparse value is sorted unique row ids plus a dense block holding those rows. These
+//! functions work on [`Storage`] and [`Buffer`] directly (no engine, no waiting), so the store
+//! calls them from inside engine operations. Costs scale with the rows touched, never with the
+//! logical number of rows of the array.
+
+use super::{Buffer, DType, RowSparse, Storage};
+
+/// Sorts and de-duplicates row ids (spec K5.10: ids arrive in any order, with repeats).
+pub fn normalize_row_ids(ids: &mut Vec<i64>) {
+    ids.sort_unstable();
+    ids.dedup();
+}
+
+/// The sum of several values of one key, each dense or row_sparse, as a row_sparse value
+/// whose rows are the union of the inputs' rows (a dense input contributes every row).
+pub fn sum_row_sparse(parts: &[&Storage], rows: usize, row_len: usize, dtype: DType) -> RowSparse {
+    // Union of the row ids.
+    let mut union: Vec<i64> = Vec::new();
+    for p in parts {
+        match p {
+            Storage::Dense(_) => {
+                union = (0..rows as i64).collect();
+                break;
+            }
+            Storage::RowSparse(r) => union.extend_from_slice(&r.indices),
+        }
+    }
+    normalize_row_ids(&mut union);
+    let mut data = Buffer::zeros(dtype, union.len() * row_len);
+    for p in parts {
+        match p {
+            Storage::Dense(b) => {
+                // union is every row here
+                data.add_range_from(0, b, 0, rows * row_len);
+            }
+            Storage::RowSparse(r) => {
+                let mut pos = 0usize;
+                for (i, &id) in r.indices.iter().enumerate() {
+                    // both lists are sorted: walk forward
+                    while union[pos] != id {
+                        pos += 1;
+                    }
+                    data.add_range_from(pos * row_len, &r.data, i * row_len, row_len);
+                }
+            }
+        }
+    }
+    RowSparse { indices: union, data }
+}
+
+/// The rows `ids` (sorted, unique, in range) of a stored value, as a row_sparse value with
+/// exactly those ids; rows the stored value does not hold are zeros (spec K5.11).
+pub fn gather_rows(stored: &Storage, row_len: usize, ids: &[i64], dtype: DType) -> RowSparse {
+    let mut data = Buffer::zeros(dtype, ids.len() * row_len);
+    match stored {
+        Storage::Dense(b) => {
+            for (i, &id) in ids.iter().enumerate() {
+                data.copy_range_from(i * row_len, b, id as usize * row_len, row_len);
+            }
+        }
+        Storage::RowSparse(r) => {
+            let mut pos = 0usize;
+            for (i, &id) in ids.iter().enumerate() {
+                while pos < r.indices.len() && r.indices[pos] < id {
+                    pos += 1;
+                }
+                if pos < r.indices.len() && r.indices[pos] == id {
+                    data.copy_range_from(i * row_len, &r.data, pos * row_len, row_len);
+                }
+            }
+        }
+    }
+    RowSparse { indices: ids.to_vec(), data }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rsp(ids: &[i64], vals: &[f32]) -> Storage {
+        Storage::RowSparse(RowSparse { indices: ids.to_vec(), data: Buffer::F32(vals.to_vec()) })
+    }
+
+    #[test]
+    fn sum_is_row_union() {
+        let a = rsp(&[0, 2], &[1.0, 1.0, 2.0, 2.0]);
+        let b = rsp(&[2, 3], &[10.0, 10.0, 5.0, 5.0]);
+        let s = sum_row_sparse(&[&a, &b], 4, 2, DType::F32);
+        assert_eq!(s.indices, vec![0, 2, 3]);
+        assert_eq!(s.data, Buffer::F32(vec![1.0, 1.0, 12.0, 12.0, 5.0, 5.0]));
+    }
+
+    #[test]
+    fn sum_with_dense_part_covers_every_row() {
+        let a = rsp(&[1], &[1.0]);
+        let d = Storage::Dense(Buffer::F32(vec![1.0, 1.0, 1.0]));
+        let s = sum_row_sparse(&[&a, &d], 3, 1, DType::F32);
+        assert_eq!(s.indices, vec![0, 1, 2]);
+        assert_eq!(s.data, Buffer::F32(vec![1.0, 2.0, 1.0]));
+    }
+
+    #[test]
+    fn gather_fills_missing_rows_with_zeros() {
+        let stored = rsp(&[1, 3], &[1.0, 1.0, 3.0, 3.0]);
+        let g = gather_rows(&stored, 2, &[0, 3], DType::F32);
+        assert_eq!(g.indices, vec![0, 3]);
+        assert_eq!(g.data, Buffer::F32(vec![0.0, 0.0, 3.0, 3.0]));
+        let dense = Storage::Dense(Buffer::F32(vec![0.0, 1.0, 2.0, 3.0]));
+        assert_eq!(gather_rows(&dense, 1, &[1, 2], DType::F32).data, Buffer::F32(vec![1.0, 2.0]));
+        let mut ids = vec![3, 1, 3, 0];
+        normalize_row_ids(&mut ids);
+        assert_eq!(ids, vec![0, 1, 3]);
+    }
+}
