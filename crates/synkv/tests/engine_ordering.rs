@@ -172,10 +172,10 @@ fn priority_is_accepted_on_every_operation_and_keeps_per_key_order() {
 
                 let devs = per_device(&[4], 2, base + 2.0);
                 let o2 = NDArray::zeros([4]);
-                kv.pushpull_with_priority(key, &devs, Some((&o2).into()), q).unwrap();
+                kv.pushpull_with_priority(key, &devs, &o2, q).unwrap();
                 checks.push((o2, 2.0 * (base + 2.0), format!("pushpull p={q}")));
 
-                kv.pushpull_with_priority(key, &devs, None, p).unwrap();
+                kv.pushpull_in_place_with_priority(key, &devs, p).unwrap();
                 for d in &devs {
                     checks.push((d.clone(), 2.0 * (base + 2.0), format!("pushpull in place p={p}")));
                 }

@@ -171,7 +171,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
             Op::PushPull { key, devs, in_place, prio, wait_now } => match model.entries.get(key).map(|e| e.0) {
                 None => {
                     let a = NDArray::zeros([1]);
-                    let res = kv.pushpull_with_priority(*key, &a, Some((&a).into()), *prio);
+                    let res = kv.pushpull_with_priority(*key, &a, &a, *prio);
                     expect_store_err(res, &what, |e| matches!(e, StoreError::NotInitialized { .. }))?;
                 }
                 Some(shape) => {
@@ -180,12 +180,12 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                     let dv: Vec<Vec<f64>> = devs.iter().map(|d| sized(d, n)).collect();
                     let arrays: Vec<NDArray> = dv.iter().enumerate().map(|(i, d)| array(dims, d, Context::cpu(i))).collect();
                     let outs: Vec<NDArray> = if *in_place {
-                        kv.pushpull_with_priority(*key, &arrays, None, *prio).map_err(|e| TestCaseError::fail(format!("{what}: {e}")))?;
+                        kv.pushpull_in_place_with_priority(*key, &arrays, *prio)
+                            .map_err(|e| TestCaseError::fail(format!("{what}: {e}")))?;
                         arrays
                     } else {
                         let o = vec![NDArray::zeros(dims.to_vec()), NDArray::zeros_on(dims.to_vec(), Context::cpu(1))];
-                        kv.pushpull_with_priority(*key, &arrays, Some((&o).into()), *prio)
-                            .map_err(|e| TestCaseError::fail(format!("{what}: {e}")))?;
+                        kv.pushpull_with_priority(*key, &arrays, &o, *prio).map_err(|e| TestCaseError::fail(format!("{what}: {e}")))?;
                         o
                     };
                     model.push(*key, &dv);

@@ -77,7 +77,7 @@ pub enum Error {
         values: usize,
     },
     /// A key was given an empty list of values.
-    #[error("{op}: key {key} was given an empty list of values")]
+    #[error("{op}: key {key} was given an empty list of values; give at least one array per key")]
     EmptyValueList {
         /// The operation.
         op: &'static str,

@@ -146,31 +146,43 @@ impl KVStore {
 
     /// Push then pull as one call: the pulled value is the updated one.
     pub fn pushpull<'a>(&self, keys: impl Into<Keys>, values: impl Into<Arrays<'a>>, outs: impl Into<Arrays<'a>>) -> crate::Result<()> {
-        self.pushpull_with_priority(keys, values, Some(outs.into()), 0)
+        self.pushpull_impl(keys.into(), values.into(), Some(outs.into()), 0)
     }
 
     /// Push then pull the result back into the pushed arrays themselves (MXNet's `out=None`).
     pub fn pushpull_in_place<'a>(&self, keys: impl Into<Keys>, values: impl Into<Arrays<'a>>) -> crate::Result<()> {
-        self.pushpull_with_priority(keys, values, None, 0)
+        self.pushpull_impl(keys.into(), values.into(), None, 0)
     }
 
-    /// [`KVStore::pushpull`] with an engine priority; `outs = None` writes back in place.
+    /// [`KVStore::pushpull_in_place`] with an engine priority.
+    pub fn pushpull_in_place_with_priority<'a>(
+        &self,
+        keys: impl Into<Keys>,
+        values: impl Into<Arrays<'a>>,
+        priority: Priority,
+    ) -> crate::Result<()> {
+        self.pushpull_impl(keys.into(), values.into(), None, priority)
+    }
+
+    /// [`KVStore::pushpull`] with an engine priority.
     pub fn pushpull_with_priority<'a>(
         &self,
         keys: impl Into<Keys>,
         values: impl Into<Arrays<'a>>,
-        outs: Option<Arrays<'a>>,
+        outs: impl Into<Arrays<'a>>,
         priority: Priority,
     ) -> crate::Result<()> {
-        let keys = keys.into();
-        let values = values.into();
+        self.pushpull_impl(keys.into(), values.into(), Some(outs.into()), priority)
+    }
+
+    fn pushpull_impl<'a>(&self, keys: Keys, values: Arrays<'a>, outs: Option<Arrays<'a>>, priority: Priority) -> crate::Result<()> {
         let push_pairs = flatten("pushpull", keys.clone(), values.clone())?;
         let pull_pairs = flatten("pushpull", keys, outs.unwrap_or(values))?;
         match &self.backend {
             Backend::Local(s) => {
                 // Validate both halves before scheduling either, so an error changes nothing.
-                let push = s.prepare_push(push_pairs)?;
-                let pull = s.prepare_pull(pull_pairs, true)?;
+                let push = s.prepare_push("pushpull", push_pairs)?;
+                let pull = s.prepare_pull("pushpull", pull_pairs, true)?;
                 s.schedule_push(push, priority);
                 s.schedule_pull(pull, priority);
                 Ok(())

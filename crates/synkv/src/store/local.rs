@@ -156,21 +156,21 @@ impl LocalStore {
     }
 
     pub(crate) fn push(&self, pairs: Vec<(Key, &NDArray)>, priority: Priority) -> crate::Result<()> {
-        let prepared = self.prepare_push(pairs)?;
+        let prepared = self.prepare_push("push", pairs)?;
         self.schedule_push(prepared, priority);
         Ok(())
     }
 
     /// Validates a push; nothing is scheduled or changed yet.
-    pub(crate) fn prepare_push(&self, pairs: Vec<(Key, &NDArray)>) -> crate::Result<PreparedPush> {
+    pub(crate) fn prepare_push(&self, op: &'static str, pairs: Vec<(Key, &NDArray)>) -> crate::Result<PreparedPush> {
         let (groups, updater) = {
             let mut state = self.state.lock();
-            let groups = Self::group(&state, "push", pairs)?;
+            let groups = Self::group(&state, op, pairs)?;
             for Group { key, stored, arrays, .. } in &groups {
                 for v in arrays {
                     if v.shape() != stored.shape() {
                         return Err(Error::ShapeMismatch {
-                            op: "push",
+                            op,
                             key: key.clone(),
                             expected: stored.shape().clone(),
                             got: v.shape().clone(),
@@ -178,7 +178,7 @@ impl LocalStore {
                         .into());
                     }
                     if v.dtype() != stored.dtype() {
-                        return Err(Error::DTypeMismatch { op: "push", key: key.clone(), expected: stored.dtype(), got: v.dtype() }.into());
+                        return Err(Error::DTypeMismatch { op, key: key.clone(), expected: stored.dtype(), got: v.dtype() }.into());
                     }
                 }
             }
@@ -228,21 +228,21 @@ impl LocalStore {
     }
 
     pub(crate) fn pull(&self, pairs: Vec<(Key, &NDArray)>, priority: Priority, ignore_sparse: bool) -> crate::Result<PullReport> {
-        let prepared = self.prepare_pull(pairs, ignore_sparse)?;
+        let prepared = self.prepare_pull("pull", pairs, ignore_sparse)?;
         Ok(self.schedule_pull(prepared, priority))
     }
 
     /// Validates a pull; nothing is scheduled yet.
-    pub(crate) fn prepare_pull(&self, pairs: Vec<(Key, &NDArray)>, ignore_sparse: bool) -> crate::Result<PreparedPull> {
+    pub(crate) fn prepare_pull(&self, op: &'static str, pairs: Vec<(Key, &NDArray)>, ignore_sparse: bool) -> crate::Result<PreparedPull> {
         let mut report = PullReport::default();
         let groups = {
             let mut state = self.state.lock();
-            let groups = Self::group(&state, "pull", pairs)?;
+            let groups = Self::group(&state, op, pairs)?;
             for Group { key, stored, arrays, .. } in &groups {
                 for o in arrays {
                     if o.shape() != stored.shape() {
                         return Err(Error::ShapeMismatch {
-                            op: "pull",
+                            op,
                             key: key.clone(),
                             expected: stored.shape().clone(),
                             got: o.shape().clone(),
@@ -360,6 +360,11 @@ fn batches<T>(items: impl Iterator<Item = T>, size: impl Fn(&T) -> usize) -> Vec
     for it in items {
         let n = size(&it);
         if n >= BATCH_ELEMS {
+            // Keep call order: flush the small ones queued before this big one.
+            if !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+                cur_elems = 0;
+            }
             out.push(vec![it]);
             continue;
         }
