@@ -459,7 +459,7 @@ fn pull_into_row_sparse_output_is_reported_and_skipped() {
         for ty in STORE_TYPES {
             let kv = create(ty).unwrap();
             kv.init(3, &NDArray::ones(SHAPE)).unwrap();
-            let rs = NDArray::row_sparse(SHAPE, vec![0, 1], Buffer::F32(vec![2.0; 4]), Context::cpu(0)).unwrap();
+            let rs = NDArray::row_sparse(SHAPE, vec![0, 1], Buffer::from_vec(vec![2.0f32; 4]), Context::cpu(0)).unwrap();
             let dense = NDArray::zeros(SHAPE);
             let report = kv.pull_with(3, vec![&rs, &dense], PullOptions::default()).unwrap();
             assert_eq!(report.skipped_sparse, vec![Key::Int(3)]);

@@ -379,12 +379,12 @@ mod tests {
 
     #[test]
     fn row_sparse_round_trip() {
-        let rs = NDArray::row_sparse([4, 2], vec![1, 3], Buffer::F32(vec![1.0, 2.0, 3.0, 4.0]), Context::cpu(0)).unwrap();
+        let rs = NDArray::row_sparse([4, 2], vec![1, 3], Buffer::from_vec(vec![1.0, 2.0, 3.0, 4.0f32]), Context::cpu(0)).unwrap();
         assert_eq!(rs.storage_type(), StorageType::RowSparse);
         assert_eq!(rs.to_vec::<f32>().unwrap(), vec![0.0, 0.0, 1.0, 2.0, 0.0, 0.0, 3.0, 4.0]);
         assert_eq!(rs.indices().unwrap(), vec![1, 3]);
-        assert!(NDArray::row_sparse([4, 2], vec![3, 1], Buffer::F32(vec![0.0; 4]), Context::cpu(0)).is_err());
-        assert!(NDArray::row_sparse([4, 2], vec![4], Buffer::F32(vec![0.0; 2]), Context::cpu(0)).is_err());
-        assert!(NDArray::row_sparse([4, 2], vec![1], Buffer::F32(vec![0.0; 3]), Context::cpu(0)).is_err());
+        assert!(NDArray::row_sparse([4, 2], vec![3, 1], Buffer::from_vec(vec![0.0f32; 4]), Context::cpu(0)).is_err());
+        assert!(NDArray::row_sparse([4, 2], vec![4], Buffer::from_vec(vec![0.0f32; 2]), Context::cpu(0)).is_err());
+        assert!(NDArray::row_sparse([4, 2], vec![1], Buffer::from_vec(vec![0.0f32; 3]), Context::cpu(0)).is_err());
     }
 }

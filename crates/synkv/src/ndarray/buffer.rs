@@ -6,25 +6,26 @@
 
 use half::{bf16, f16};
 
+use super::data::Data;
 use super::DType;
 use crate::kernels::{self, Element};
 
-/// A typed, owned, contiguous vector.
+/// A typed, contiguous vector of elements (owned, or external memory: see [`Data`]).
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Buffer {
     /// `f32` elements.
-    F32(Vec<f32>),
+    F32(Data<f32>),
     /// `f64` elements.
-    F64(Vec<f64>),
+    F64(Data<f64>),
     /// `f16` elements.
-    F16(Vec<f16>),
+    F16(Data<f16>),
     /// `bf16` elements.
-    BF16(Vec<bf16>),
+    BF16(Data<bf16>),
     /// `i32` elements.
-    I32(Vec<i32>),
+    I32(Data<i32>),
     /// `i64` elements.
-    I64(Vec<i64>),
+    I64(Data<i64>),
 }
 
 /// Runs `$body` with `$v` bound to the typed vector inside a [`Buffer`] (by reference, mutable
@@ -69,6 +70,8 @@ pub trait BufferElement: Element {
     const DTYPE: DType;
     /// Wraps a vector into a buffer.
     fn into_buffer(v: Vec<Self>) -> Buffer;
+    /// Wraps owned or external elements into a buffer.
+    fn data_into_buffer(d: Data<Self>) -> Buffer;
     /// Borrows the vector inside a buffer of this dtype.
     fn slice_of(b: &Buffer) -> Option<&[Self]>;
     /// Mutably borrows the vector inside a buffer of this dtype.
@@ -80,17 +83,20 @@ macro_rules! impl_buffer_element {
         impl BufferElement for $t {
             const DTYPE: DType = DType::$variant;
             fn into_buffer(v: Vec<Self>) -> Buffer {
-                Buffer::$variant(v)
+                Buffer::$variant(Data::owned(v))
+            }
+            fn data_into_buffer(d: Data<Self>) -> Buffer {
+                Buffer::$variant(d)
             }
             fn slice_of(b: &Buffer) -> Option<&[Self]> {
                 match b {
-                    Buffer::$variant(v) => Some(v),
+                    Buffer::$variant(v) => Some(&v[..]),
                     _ => None,
                 }
             }
             fn slice_of_mut(b: &mut Buffer) -> Option<&mut [Self]> {
                 match b {
-                    Buffer::$variant(v) => Some(v),
+                    Buffer::$variant(v) => Some(&mut v[..]),
                     _ => None,
                 }
             }
@@ -105,6 +111,21 @@ impl_buffer_element!(i32, I32);
 impl_buffer_element!(i64, I64);
 
 impl Buffer {
+    /// A buffer owning `v`.
+    pub fn from_vec<T: BufferElement>(v: Vec<T>) -> Buffer {
+        T::into_buffer(v)
+    }
+
+    /// A buffer over `d` (owned or external elements).
+    pub fn from_data<T: BufferElement>(d: Data<T>) -> Buffer {
+        T::data_into_buffer(d)
+    }
+
+    /// Whether the elements live in external memory (see [`Data::external`]).
+    pub fn is_external(&self) -> bool {
+        with_buffer!(self, v => v.is_external())
+    }
+
     /// A buffer of `len` zeros.
     pub fn zeros(dtype: DType, len: usize) -> Buffer {
         Buffer::filled(dtype, len, 0.0)
@@ -235,10 +256,10 @@ mod tests {
 
     #[test]
     fn casts_between_dtypes() {
-        let b = Buffer::F32(vec![1.5, -2.0, 3.25]);
-        assert_eq!(b.cast(DType::F64), Buffer::F64(vec![1.5, -2.0, 3.25]));
+        let b = Buffer::from_vec(vec![1.5f32, -2.0, 3.25]);
+        assert_eq!(b.cast(DType::F64), Buffer::from_vec(vec![1.5f64, -2.0, 3.25]));
         assert_eq!(b.to_vec::<f16>(), vec![f16::from_f32(1.5), f16::from_f32(-2.0), f16::from_f32(3.25)]);
-        assert_eq!(Buffer::filled(DType::I64, 2, 7.0), Buffer::I64(vec![7, 7]));
+        assert_eq!(Buffer::filled(DType::I64, 2, 7.0), Buffer::from_vec(vec![7i64, 7]));
         assert_eq!(b.dtype(), DType::F32);
         assert_eq!(b.len(), 3);
     }

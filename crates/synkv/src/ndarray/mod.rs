@@ -15,17 +15,19 @@
 //! - `dtype.rs` — [`DType`] and its parse error;
 //! - `shape.rs` — [`Shape`];
 //! - `context.rs` — [`Context`], [`DeviceType`];
-//! - `buffer.rs` — [`Buffer`], a typed, owned, contiguous vector of one dtype;
+//! - `data.rs` — [`Data`], owned or external (zero-copy) elements; the only `unsafe` here;
+//! - `buffer.rs` — [`Buffer`], a typed, contiguous vector of one dtype;
 //! - `storage.rs` — [`Storage`] (dense | row_sparse) and [`StorageType`];
 //! - `array.rs` — [`NDArray`] itself (construction, access, waiting, copies);
 //! - `ops.rs` — elementwise arithmetic with scalars and arrays;
 //! - `sparse.rs` — row_sparse kernels (sum by row union, gather rows by id);
 //! - `error.rs` — [`Error`].
-#![deny(unsafe_code)]
+#![deny(unsafe_code)] // except in data.rs, which allows it item by item
 
 mod array;
 mod buffer;
 mod context;
+mod data;
 mod dtype;
 mod error;
 mod ops;
@@ -34,8 +36,9 @@ pub mod sparse;
 mod storage;
 
 pub use array::NDArray;
-pub use buffer::Buffer;
+pub use buffer::{Buffer, BufferElement};
 pub use context::{Context, DeviceType};
+pub use data::Data;
 pub use dtype::{DType, ParseDTypeError};
 pub use error::Error;
 pub use shape::Shape;

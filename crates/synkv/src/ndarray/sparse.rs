@@ -80,7 +80,7 @@ mod tests {
     use super::*;
 
     fn rsp(ids: &[i64], vals: &[f32]) -> Storage {
-        Storage::RowSparse(RowSparse { indices: ids.to_vec(), data: Buffer::F32(vals.to_vec()) })
+        Storage::RowSparse(RowSparse { indices: ids.to_vec(), data: Buffer::from_vec(vals.to_vec()) })
     }
 
     #[test]
@@ -89,16 +89,16 @@ mod tests {
         let b = rsp(&[2, 3], &[10.0, 10.0, 5.0, 5.0]);
         let s = sum_row_sparse(&[&a, &b], 4, 2, DType::F32);
         assert_eq!(s.indices, vec![0, 2, 3]);
-        assert_eq!(s.data, Buffer::F32(vec![1.0, 1.0, 12.0, 12.0, 5.0, 5.0]));
+        assert_eq!(s.data, Buffer::from_vec(vec![1.0, 1.0, 12.0, 12.0, 5.0, 5.0f32]));
     }
 
     #[test]
     fn sum_with_dense_part_covers_every_row() {
         let a = rsp(&[1], &[1.0]);
-        let d = Storage::Dense(Buffer::F32(vec![1.0, 1.0, 1.0]));
+        let d = Storage::Dense(Buffer::from_vec(vec![1.0, 1.0, 1.0f32]));
         let s = sum_row_sparse(&[&a, &d], 3, 1, DType::F32);
         assert_eq!(s.indices, vec![0, 1, 2]);
-        assert_eq!(s.data, Buffer::F32(vec![1.0, 2.0, 1.0]));
+        assert_eq!(s.data, Buffer::from_vec(vec![1.0, 2.0, 1.0f32]));
     }
 
     #[test]
@@ -106,9 +106,9 @@ mod tests {
         let stored = rsp(&[1, 3], &[1.0, 1.0, 3.0, 3.0]);
         let g = gather_rows(&stored, 2, &[0, 3], DType::F32);
         assert_eq!(g.indices, vec![0, 3]);
-        assert_eq!(g.data, Buffer::F32(vec![0.0, 0.0, 3.0, 3.0]));
-        let dense = Storage::Dense(Buffer::F32(vec![0.0, 1.0, 2.0, 3.0]));
-        assert_eq!(gather_rows(&dense, 1, &[1, 2], DType::F32).data, Buffer::F32(vec![1.0, 2.0]));
+        assert_eq!(g.data, Buffer::from_vec(vec![0.0, 0.0, 3.0, 3.0f32]));
+        let dense = Storage::Dense(Buffer::from_vec(vec![0.0, 1.0, 2.0, 3.0f32]));
+        assert_eq!(gather_rows(&dense, 1, &[1, 2], DType::F32).data, Buffer::from_vec(vec![1.0, 2.0f32]));
         let mut ids = vec![3, 1, 3, 0];
         normalize_row_ids(&mut ids);
         assert_eq!(ids, vec![0, 1, 3]);

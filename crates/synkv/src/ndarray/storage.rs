@@ -76,7 +76,7 @@ impl Storage {
 
     /// An empty placeholder (used while an array's data is lent out).
     pub(crate) fn placeholder() -> Storage {
-        Storage::Dense(Buffer::F32(Vec::new()))
+        Storage::Dense(Buffer::from_vec(Vec::<f32>::new()))
     }
 
     /// The data as a dense buffer of `rows × row_len` elements (a copy for row_sparse).
