@@ -30,10 +30,12 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod dist;
 pub mod engine;
 mod error;
 pub mod kernels;
 pub mod ndarray;
+pub mod optimizer;
 pub mod store;
 
 pub use error::{Error, Result};

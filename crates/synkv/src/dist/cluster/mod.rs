@@ -1,0 +1,271 @@
+//! [`Cluster`]: a server's or worker's view of the cluster — ps-lite's `Postoffice`, as a
+//! value rather than a singleton.
+//!
+//! [`Cluster::join`] connects to the scheduler (retrying until it is up, within
+//! `SYNKV_TIMEOUT_MS`), authenticates, registers and waits for the node list; from then on
+//! the handle knows every node's role, rank, id and address. Background tasks (tracked, and
+//! stopped when the handle is closed or dropped) heartbeat to the scheduler and watch for its
+//! answers.
+//!
+//! Failure: when the scheduler reports a dead node, or the scheduler itself goes silent for
+//! `SYNKV_HEARTBEAT_TIMEOUT_MS` or drops the connection, every pending wait fails and every
+//! later one returns the same [`Error::LostPeer`] naming the node. Higher layers `select!` on
+//! [`Cluster::failed`] to fail their own waits.
+//!
+//! Shutdown: a worker calls [`Cluster::finish`] (tell the scheduler it is done, wait until
+//! every worker is); a server awaits [`Cluster::wait_shutdown`], then [`Cluster::close`]s.
+
+mod shared;
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::task::TaskTracker;
+
+use self::shared::{heartbeat_loop, read_loop, write_loop, Shared};
+use super::node::{Group, Node, NodeId, Rank, Role};
+use super::proto::{Command, Limits, Message};
+use super::transport::{Connection, Transport};
+use super::{auth, Config, Error, Result};
+
+/// Messages a node may queue for the scheduler.
+const OUTBOX: usize = 256;
+
+/// A joined node's handle on the cluster.
+#[derive(Debug)]
+pub struct Cluster {
+    me: Node,
+    nodes: Vec<Node>,
+    config: Config,
+    shared: Arc<Shared>,
+    outbox: mpsc::Sender<Message>,
+    stop: CancellationToken,
+    tracker: TaskTracker,
+    _guard: DropGuard,
+}
+
+async fn connect_with_retry<T: Transport>(transport: &T, addr: &str, deadline: Instant, config: &Config) -> Result<Connection> {
+    let mut backoff = std::time::Duration::from_millis(20);
+    loop {
+        let attempt = tokio::time::timeout_at(deadline, transport.connect(addr)).await;
+        match attempt {
+            Ok(Ok(conn)) => return Ok(conn),
+            Ok(Err(e)) if Instant::now() + backoff < deadline => {
+                tracing::debug!("scheduler at {addr} not reachable yet: {e}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
+            }
+            Ok(Err(e)) => return Err(Error::timeout(format!("the scheduler at {addr} (last error: {e})"), config.timeout)),
+            Err(_) => return Err(Error::timeout(format!("a connection to the scheduler at {addr}"), config.timeout)),
+        }
+    }
+}
+
+impl Cluster {
+    /// Joins the cluster as `config.role`, advertising `config.node_host:port` (the port this
+    /// node's data listener is bound to; 0 if it has none). Waits at most `SYNKV_TIMEOUT_MS`
+    /// for the whole rendezvous. Cancelling `shutdown` stops the background tasks and fails
+    /// every wait with [`Error::Shutdown`].
+    pub async fn join<T: Transport>(transport: &T, config: &Config, port: u16, shutdown: CancellationToken) -> Result<Cluster> {
+        if config.role == Role::Scheduler {
+            return Err(Error::InvalidArgument("the scheduler does not join; run a Scheduler instead".into()));
+        }
+        let deadline = Instant::now() + config.timeout;
+        let root = config.root_addr();
+        let scheduler = Node {
+            role: Role::Scheduler,
+            id: NodeId::SCHEDULER,
+            rank: Some(0),
+            host: config.root_uri.clone(),
+            port: config.root_port,
+            task_id: None,
+        };
+        let me = Node::unassigned(config.role, config.node_host.clone(), port, config.task_id);
+        let connected = async {
+            let mut conn = connect_with_retry(transport, &root, deadline, config).await?;
+            conn.set_limits(conn.limits().capped(Limits::CONTROL_FRAME_BYTES));
+            auth::connect(&mut conn, config.secret.as_ref(), config.role, config.timeout).await?;
+            conn.write_message(&Message::register(me.clone())).await?;
+            Ok::<_, Error>(conn)
+        };
+        let conn = tokio::select! {
+            c = connected => c?,
+            () = shutdown.cancelled() => return Err(Error::Shutdown("cancelled while joining".into())),
+        };
+
+        let (list_tx, list_rx) = oneshot::channel();
+        let shared = Shared::new(scheduler.clone(), list_tx);
+        let stop = shutdown.child_token();
+        let guard = stop.clone().drop_guard();
+        let tracker = TaskTracker::new();
+        let (reader, writer) = conn.into_split();
+        let (outbox, rx) = mpsc::channel(OUTBOX);
+        tracker.spawn(read_loop(reader, shared.clone(), stop.clone()));
+        tracker.spawn(write_loop(writer, rx, shared.clone(), stop.clone(), config.timeout));
+        tracker.spawn(heartbeat_loop(outbox.clone(), shared.clone(), stop.clone(), config.heartbeat_interval, config.heartbeat_timeout));
+        tracker.close();
+
+        // A little longer than the scheduler's own rendezvous deadline, so its diagnosis (who
+        // is missing) arrives before we give up on our own.
+        let list_deadline = deadline + config.heartbeat_interval;
+        let mut status = shared.status.subscribe();
+        let list = tokio::select! {
+            m = list_rx => m.ok(),
+            _ = status.wait_for(|s| s.failure.is_some() || s.shutdown_ordered) => None,
+            () = tokio::time::sleep_until(list_deadline) => {
+                return Err(Error::timeout(format!("the node list from the scheduler at {root} (rendezvous)"), config.timeout));
+            }
+        };
+        let Some(list) = list else {
+            return Err(shared
+                .failure()
+                .map_or_else(|| Error::Shutdown("the scheduler shut down before rendezvous".into()), |f| f.to_error()));
+        };
+        let (me, nodes) = validate_node_list(&list, &me, config, &scheduler)?;
+        tracing::info!("joined the cluster as {me}");
+        Ok(Cluster { me, nodes, config: config.clone(), shared, outbox, stop, tracker, _guard: guard })
+    }
+
+    /// This node, with its id and rank.
+    pub fn me(&self) -> &Node {
+        &self.me
+    }
+
+    /// This node's role.
+    pub fn role(&self) -> Role {
+        self.me.role
+    }
+
+    /// This node's rank within its role.
+    pub fn rank(&self) -> Rank {
+        self.me.rank.unwrap_or(0)
+    }
+
+    /// Every node, the scheduler included, ordered by id.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// The scheduler.
+    pub fn scheduler(&self) -> &Node {
+        &self.shared.scheduler
+    }
+
+    /// The nodes of `role`, ordered by rank.
+    pub fn nodes_of(&self, role: Role) -> Vec<&Node> {
+        let mut v: Vec<&Node> = self.nodes.iter().filter(|n| n.role == role).collect();
+        v.sort_by_key(|n| n.rank);
+        v
+    }
+
+    /// `DMLC_NUM_SERVER`.
+    pub fn num_servers(&self) -> u32 {
+        self.config.num_servers
+    }
+
+    /// `DMLC_NUM_WORKER` (also on servers, as in MXNet).
+    pub fn num_workers(&self) -> u32 {
+        self.config.num_workers
+    }
+
+    /// `Err` with the recorded failure if the cluster has failed.
+    pub fn check(&self) -> Result<()> {
+        self.shared.failure().map_or(Ok(()), |f| Err(f.to_error()))
+    }
+
+    /// Resolves with the cluster's failure when there is one (for `select!`).
+    pub async fn failed(&self) -> Error {
+        let mut status = self.shared.status.subscribe();
+        let failure = status.wait_for(|s| s.failure.is_some()).await.ok().and_then(|s| s.failure.clone());
+        failure.map_or_else(|| Error::Shutdown("cluster closed".into()), |f| f.to_error())
+    }
+
+    async fn send(&self, msg: Message) -> Result<()> {
+        let sent = tokio::time::timeout(self.config.timeout, self.outbox.send(msg.with_sender(self.me.id))).await;
+        match sent {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(self.shared.failure().map_or_else(|| Error::Shutdown("cluster closed".into()), |f| f.to_error())),
+            Err(_) => Err(Error::timeout("room in the outbox to the scheduler", self.config.timeout)),
+        }
+    }
+
+    /// Blocks until every member of `group` reached this barrier, within `SYNKV_TIMEOUT_MS`.
+    /// Fails with [`Error::LostPeer`] if a node dies meanwhile. This node must be in `group`.
+    pub async fn barrier(&self, group: Group) -> Result<()> {
+        if !group.contains(self.me.role) {
+            return Err(Error::InvalidArgument(format!("a {} cannot wait at a {group} barrier", self.me.role)));
+        }
+        let (id, rx) = self.shared.begin_barrier().map_err(|f| f.to_error())?;
+        self.send(Message::barrier(group, id)).await?;
+        match tokio::time::timeout(self.config.timeout, rx).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(f))) => Err(f.to_error()),
+            Ok(Err(_)) => Err(self.shared.failure().map_or_else(|| Error::Shutdown("cluster closed".into()), |f| f.to_error())),
+            Err(_) => {
+                self.shared.cancel_barrier(id);
+                Err(Error::timeout(format!("the {group} barrier (at {})", self.me), self.config.timeout))
+            }
+        }
+    }
+
+    /// Resolves when the scheduler orders shutdown (every worker is done); fails if the
+    /// cluster fails first. Bounded by failure detection (heartbeats), not by a fixed
+    /// deadline: a server waits here for the whole training run.
+    pub async fn wait_shutdown(&self) -> Result<()> {
+        let mut status = self.shared.status.subscribe();
+        let seen = status.wait_for(|s| s.shutdown_ordered || s.failure.is_some()).await.ok().map(|s| s.clone());
+        match seen {
+            Some(s) if s.shutdown_ordered => Ok(()),
+            Some(s) => Err(s.failure.map_or_else(|| Error::Shutdown("cluster closed".into()), |f| f.to_error())),
+            None => Err(Error::Shutdown("cluster closed".into())),
+        }
+    }
+
+    /// Worker: tells the scheduler this worker is done, waits (within `SYNKV_TIMEOUT_MS`) until
+    /// every worker is and the scheduler orders shutdown, then closes.
+    pub async fn finish(self) -> Result<()> {
+        if self.me.role != Role::Worker {
+            return Err(Error::InvalidArgument(format!("only workers finish; a {} waits for shutdown", self.me.role)));
+        }
+        let result = async {
+            self.send(Message::new(Command::Shutdown)).await?;
+            tokio::time::timeout(self.config.timeout, self.wait_shutdown())
+                .await
+                .map_err(|_| Error::timeout("every worker to finish (shutdown)", self.config.timeout))?
+        }
+        .await;
+        self.close().await;
+        result
+    }
+
+    /// Stops the background tasks and waits for them (bounded by the heartbeat timeout).
+    pub async fn close(self) {
+        self.stop.cancel();
+        if tokio::time::timeout(self.config.heartbeat_timeout, self.tracker.wait()).await.is_err() {
+            tracing::warn!("cluster tasks did not stop within {:?}", self.config.heartbeat_timeout);
+        }
+    }
+}
+
+/// Checks the scheduler's node list against what this node registered and the configuration.
+fn validate_node_list(list: &Message, registered: &Node, config: &Config, scheduler: &Node) -> Result<(Node, Vec<Node>)> {
+    let bad = |detail: String| Error::Unexpected { peer: scheduler.to_string(), command: Command::NodeList, detail };
+    let id = list.head_node_id().map_err(|e| bad(e.to_string()))?;
+    let me = list.meta.nodes.iter().find(|n| n.id == id).ok_or_else(|| bad(format!("recipient id {id} is not in the list")))?;
+    if me.role != registered.role || me.host != registered.host || me.port != registered.port || me.rank.is_none() {
+        return Err(bad(format!("the entry for id {id} ({me}) is not what this node registered ({registered})")));
+    }
+    for (role, expected) in [(Role::Server, config.num_servers), (Role::Worker, config.num_workers)] {
+        let mut ranks: Vec<Option<Rank>> = list.meta.nodes.iter().filter(|n| n.role == role).map(|n| n.rank).collect();
+        ranks.sort();
+        let want: Vec<Option<Rank>> = (0..expected).map(Some).collect();
+        if ranks != want {
+            return Err(bad(format!("{role} ranks are {ranks:?}, expected 0..{expected}")));
+        }
+    }
+    let mut nodes = list.meta.nodes.clone();
+    nodes.sort_by_key(|n| n.id);
+    Ok((me.clone(), nodes))
+}

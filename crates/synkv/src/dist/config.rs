@@ -1,0 +1,297 @@
+//! [`Config`]: everything the distributed layer reads from the environment, read once at
+//! start-up and passed down (never a global).
+//!
+//! MXNet's `DMLC_*` variables keep their meaning (spec K8.4); synkv's own are `SYNKV_*`. The
+//! full table, with defaults and accepted forms, is in `docs/dist-env.md`. A missing or
+//! malformed variable is a [`ConfigError`] naming the variable and the accepted form; the
+//! value of `SYNKV_SECRET` is never quoted.
+//!
+//! `DMLC_INTERFACE` is accepted only as a loopback name (`lo`, `lo0`) for now: resolving a
+//! NIC's address is not implemented, so other interfaces are refused with a hint to set
+//! `DMLC_NODE_HOST`. Without either, nodes advertise `127.0.0.1`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::auth::Secret;
+use super::node::Role;
+use super::proto::Limits;
+use super::ConfigError;
+
+/// Most servers or workers a cluster may have (per role).
+pub const MAX_NODES_PER_ROLE: u32 = 16_384;
+
+/// Settings of one distributed process.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `DMLC_ROLE` (unset means worker, as in MXNet).
+    pub role: Role,
+    /// `DMLC_PS_ROOT_URI`: the scheduler's host.
+    pub root_uri: String,
+    /// `DMLC_PS_ROOT_PORT`: the scheduler's port.
+    pub root_port: u16,
+    /// `DMLC_NUM_SERVER`.
+    pub num_servers: u32,
+    /// `DMLC_NUM_WORKER`.
+    pub num_workers: u32,
+    /// The host this node binds and advertises (`DMLC_NODE_HOST`, or from `DMLC_INTERFACE`).
+    pub node_host: String,
+    /// `PORT`: the port this node listens on (ps-lite's name); `None` = any free port.
+    pub port: Option<u16>,
+    /// `DMLC_TASK_ID`: the launcher's index for this node, used for ranks when complete.
+    pub task_id: Option<u32>,
+    /// `MXNET_KVSTORE_BIGARRAY_BOUND`: element count from which a key is split across servers.
+    pub bigarray_bound: u64,
+    /// `SYNKV_SECRET`: shared secret for authentication; `None` = no authentication.
+    pub secret: Option<Secret>,
+    /// `SYNKV_HEARTBEAT_INTERVAL_MS`.
+    pub heartbeat_interval: Duration,
+    /// `SYNKV_HEARTBEAT_TIMEOUT_MS`: silence after which a node is declared dead.
+    pub heartbeat_timeout: Duration,
+    /// `SYNKV_TIMEOUT_MS`: deadline of every other blocking wait (rendezvous, barriers…).
+    pub timeout: Duration,
+    /// Frame limits; `max_frame_bytes` from `SYNKV_MAX_FRAME_BYTES`.
+    pub limits: Limits,
+}
+
+type Lookup<'a> = dyn Fn(&'static str) -> Result<Option<String>, ConfigError> + 'a;
+
+fn err(var: &'static str, problem: impl Into<String>, expected: &'static str) -> ConfigError {
+    ConfigError { var, problem: problem.into(), expected }
+}
+
+fn required(get: &Lookup<'_>, var: &'static str, expected: &'static str) -> Result<String, ConfigError> {
+    match get(var)? {
+        Some(v) if !v.trim().is_empty() => Ok(v.trim().to_owned()),
+        Some(_) => Err(err(var, "is empty", expected)),
+        None => Err(err(var, "is not set", expected)),
+    }
+}
+
+fn number<T: std::str::FromStr + PartialOrd + Copy>(
+    get: &Lookup<'_>,
+    var: &'static str,
+    default: Option<T>,
+    range: (T, T),
+    expected: &'static str,
+) -> Result<Option<T>, ConfigError> {
+    let Some(raw) = get(var)? else { return Ok(default) };
+    match raw.trim().parse::<T>() {
+        Ok(v) if v >= range.0 && v <= range.1 => Ok(Some(v)),
+        _ => Err(err(var, format!("{raw:?} is not accepted"), expected)),
+    }
+}
+
+fn millis(get: &Lookup<'_>, var: &'static str, default: u64, expected: &'static str) -> Result<Duration, ConfigError> {
+    let ms = number(get, var, Some(default), (1, 86_400_000), expected)?.unwrap_or(default);
+    Ok(Duration::from_millis(ms))
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_lookup(&|var| match std::env::var(var) {
+            Ok(v) => Ok(Some(v)),
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(std::env::VarError::NotUnicode(_)) => Err(err(var, "is not valid UTF-8", "a UTF-8 value")),
+        })
+    }
+
+    /// Reads from a map of variables (for tests and launchers).
+    pub fn from_map<K: AsRef<str>, V: AsRef<str>>(vars: impl IntoIterator<Item = (K, V)>) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars.into_iter().map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned())).collect();
+        Config::from_lookup(&|var| Ok(map.get(var).cloned()))
+    }
+
+    fn from_lookup(get: &Lookup<'_>) -> Result<Config, ConfigError> {
+        let role = match get("DMLC_ROLE")? {
+            None => Role::Worker,
+            Some(r) => r.trim().parse().map_err(|_| err("DMLC_ROLE", format!("{r:?} is not a role"), "scheduler, server or worker"))?,
+        };
+        let root_uri = required(get, "DMLC_PS_ROOT_URI", "the scheduler's host name or IP address, e.g. 127.0.0.1")?;
+        let root_port = number::<u16>(get, "DMLC_PS_ROOT_PORT", None, (1, u16::MAX), "a port number in 1..=65535")?
+            .ok_or_else(|| err("DMLC_PS_ROOT_PORT", "is not set", "a port number in 1..=65535"))?;
+        let count = |var| {
+            number::<u32>(get, var, None, (1, MAX_NODES_PER_ROLE), "an integer in 1..=16384")?
+                .ok_or_else(|| err(var, "is not set", "an integer in 1..=16384"))
+        };
+        let num_servers = count("DMLC_NUM_SERVER")?;
+        let num_workers = count("DMLC_NUM_WORKER")?;
+        let node_host = match (get("DMLC_NODE_HOST")?, get("DMLC_INTERFACE")?) {
+            (Some(h), _) if h.trim().is_empty() || h.trim().contains(char::is_whitespace) => {
+                return Err(err("DMLC_NODE_HOST", format!("{h:?} is not a host"), "a host name or IP address without spaces"))
+            }
+            (Some(h), _) => h.trim().to_owned(),
+            (None, Some(i)) if matches!(i.trim(), "lo" | "lo0") => "127.0.0.1".to_owned(),
+            (None, Some(i)) => {
+                return Err(err(
+                    "DMLC_INTERFACE",
+                    format!("interface {i:?} cannot be resolved yet"),
+                    "lo (or lo0), or unset it and set DMLC_NODE_HOST to the address to advertise",
+                ))
+            }
+            (None, None) => "127.0.0.1".to_owned(),
+        };
+        let port = number::<u16>(get, "PORT", None, (1, u16::MAX), "a port number in 1..=65535")?;
+        let task_id = number::<u32>(get, "DMLC_TASK_ID", None, (0, u32::MAX - 1), "a non-negative integer")?;
+        let bigarray_bound =
+            number::<u64>(get, "MXNET_KVSTORE_BIGARRAY_BOUND", Some(1_000_000), (1, u64::MAX), "a positive element count")?
+                .unwrap_or(1_000_000);
+        let secret = match get("SYNKV_SECRET")? {
+            None => None,
+            // Never quote the value.
+            Some(s) => {
+                Some(Secret::new(s).ok_or_else(|| err("SYNKV_SECRET", "is set but empty", "a non-empty shared secret (or unset it)"))?)
+            }
+        };
+        let heartbeat_interval = millis(get, "SYNKV_HEARTBEAT_INTERVAL_MS", 1_000, "milliseconds in 1..=86400000")?;
+        let heartbeat_timeout = millis(get, "SYNKV_HEARTBEAT_TIMEOUT_MS", 10_000, "milliseconds in 1..=86400000")?;
+        if heartbeat_timeout <= heartbeat_interval {
+            return Err(err(
+                "SYNKV_HEARTBEAT_TIMEOUT_MS",
+                format!("{} ms is not above the heartbeat interval ({} ms)", heartbeat_timeout.as_millis(), heartbeat_interval.as_millis()),
+                "milliseconds greater than SYNKV_HEARTBEAT_INTERVAL_MS",
+            ));
+        }
+        let timeout = millis(get, "SYNKV_TIMEOUT_MS", 120_000, "milliseconds in 1..=86400000")?;
+        let defaults = Limits::default();
+        let max_frame_bytes = number::<u64>(
+            get,
+            "SYNKV_MAX_FRAME_BYTES",
+            Some(defaults.max_frame_bytes),
+            (64 << 10, 64 << 30),
+            "bytes in 65536..=68719476736",
+        )?
+        .unwrap_or(defaults.max_frame_bytes);
+        Ok(Config {
+            role,
+            root_uri,
+            root_port,
+            num_servers,
+            num_workers,
+            node_host,
+            port,
+            task_id,
+            bigarray_bound,
+            secret,
+            heartbeat_interval,
+            heartbeat_timeout,
+            timeout,
+            limits: Limits { max_frame_bytes, ..defaults },
+        })
+    }
+
+    /// The scheduler's `host:port`.
+    pub fn root_addr(&self) -> String {
+        if self.root_uri.contains(':') {
+            format!("[{}]:{}", self.root_uri, self.root_port)
+        } else {
+            format!("{}:{}", self.root_uri, self.root_port)
+        }
+    }
+
+    /// Servers plus workers (the nodes that register with the scheduler).
+    pub fn num_nodes(&self) -> u32 {
+        self.num_servers + self.num_workers
+    }
+
+    /// The same settings for another role and task id (launchers, tests).
+    #[must_use]
+    pub fn for_node(&self, role: Role, task_id: Option<u32>) -> Config {
+        Config { role, task_id, ..self.clone() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Vec<(&'static str, &'static str)> {
+        vec![("DMLC_PS_ROOT_URI", "127.0.0.1"), ("DMLC_PS_ROOT_PORT", "9091"), ("DMLC_NUM_SERVER", "2"), ("DMLC_NUM_WORKER", "3")]
+    }
+
+    fn with(extra: &[(&'static str, &'static str)]) -> Result<Config, ConfigError> {
+        let mut vars = base();
+        vars.retain(|(k, _)| !extra.iter().any(|(e, _)| e == k));
+        vars.extend(extra.iter().filter(|(_, v)| *v != "<unset>"));
+        Config::from_map(vars)
+    }
+
+    #[test]
+    fn defaults() {
+        let c = with(&[]).unwrap();
+        assert_eq!(c.role, Role::Worker);
+        assert_eq!(c.root_addr(), "127.0.0.1:9091");
+        assert_eq!((c.num_servers, c.num_workers, c.num_nodes()), (2, 3, 5));
+        assert_eq!(c.node_host, "127.0.0.1");
+        assert_eq!(c.bigarray_bound, 1_000_000);
+        assert_eq!(c.heartbeat_interval, Duration::from_secs(1));
+        assert_eq!(c.heartbeat_timeout, Duration::from_secs(10));
+        assert_eq!(c.timeout, Duration::from_secs(120));
+        assert_eq!(c.limits.max_frame_bytes, 1 << 30);
+        assert!(c.secret.is_none() && c.task_id.is_none() && c.port.is_none());
+    }
+
+    #[test]
+    fn every_variable_is_read() {
+        let c = with(&[
+            ("DMLC_ROLE", "server"),
+            ("DMLC_NODE_HOST", "node7"),
+            ("DMLC_TASK_ID", "4"),
+            ("PORT", "5000"),
+            ("MXNET_KVSTORE_BIGARRAY_BOUND", "10"),
+            ("SYNKV_SECRET", "s3cret"),
+            ("SYNKV_HEARTBEAT_INTERVAL_MS", "50"),
+            ("SYNKV_HEARTBEAT_TIMEOUT_MS", "200"),
+            ("SYNKV_TIMEOUT_MS", "3000"),
+            ("SYNKV_MAX_FRAME_BYTES", "1048576"),
+        ])
+        .unwrap();
+        assert_eq!(c.role, Role::Server);
+        assert_eq!(c.node_host, "node7");
+        assert_eq!((c.task_id, c.port, c.bigarray_bound), (Some(4), Some(5000), 10));
+        assert_eq!(c.secret, Secret::new("s3cret"));
+        assert_eq!((c.heartbeat_interval.as_millis(), c.heartbeat_timeout.as_millis(), c.timeout.as_millis()), (50, 200, 3000));
+        assert_eq!(c.limits.max_frame_bytes, 1 << 20);
+        assert!(!format!("{c:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn interface_lo_means_loopback_and_others_are_refused() {
+        assert_eq!(with(&[("DMLC_INTERFACE", "lo")]).unwrap().node_host, "127.0.0.1");
+        let e = with(&[("DMLC_INTERFACE", "eth0")]).unwrap_err();
+        assert_eq!(e.var, "DMLC_INTERFACE");
+        assert!(e.to_string().contains("DMLC_NODE_HOST"));
+        assert_eq!(with(&[("DMLC_INTERFACE", "eth0"), ("DMLC_NODE_HOST", "10.0.0.1")]).unwrap().node_host, "10.0.0.1");
+    }
+
+    #[test]
+    fn each_bad_variable_is_named() {
+        let cases: &[(&'static str, &'static str)] = &[
+            ("DMLC_ROLE", "boss"),
+            ("DMLC_PS_ROOT_URI", "<unset>"),
+            ("DMLC_PS_ROOT_URI", " "),
+            ("DMLC_PS_ROOT_PORT", "<unset>"),
+            ("DMLC_PS_ROOT_PORT", "0"),
+            ("DMLC_PS_ROOT_PORT", "70000"),
+            ("DMLC_NUM_SERVER", "<unset>"),
+            ("DMLC_NUM_SERVER", "0"),
+            ("DMLC_NUM_WORKER", "-1"),
+            ("DMLC_NUM_WORKER", "many"),
+            ("DMLC_NODE_HOST", "a b"),
+            ("DMLC_TASK_ID", "-3"),
+            ("PORT", "x"),
+            ("MXNET_KVSTORE_BIGARRAY_BOUND", "0"),
+            ("SYNKV_SECRET", ""),
+            ("SYNKV_HEARTBEAT_INTERVAL_MS", "0"),
+            ("SYNKV_HEARTBEAT_TIMEOUT_MS", "1000"),
+            ("SYNKV_TIMEOUT_MS", "soon"),
+            ("SYNKV_MAX_FRAME_BYTES", "10"),
+        ];
+        for (var, value) in cases {
+            let e = with(&[(var, value)]).unwrap_err();
+            assert_eq!(&e.var, var, "{var}={value}: {e}");
+            assert!(e.to_string().starts_with(var) && e.to_string().contains("expected"), "{e}");
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! Moving frames: [`Connection`] (one framed byte stream) behind the [`Transport`] trait.
+//!
+//! ps-lite's `Van` split: the protocol (scheduler, cluster) lives above; a transport only
+//! binds, connects and carries whole [`Message`](super::proto::Message)s. [`TcpTransport`] is
+//! the real one (TCP_NODELAY, 4 MiB socket buffers); [`MemTransport`] connects tasks in one
+//! process through in-memory pipes, for tests that run on paused tokio time (real sockets and
+//! paused time do not mix) and for single-process clusters. Shared memory can slot in later
+//! as another implementation.
+//!
+//! Addresses are `host:port` strings throughout, as the `DMLC_*` variables give them.
+
+mod connection;
+mod mem;
+mod tcp;
+
+use std::future::Future;
+
+pub use connection::{Connection, FrameReader, FrameWriter};
+pub use mem::{MemListener, MemTransport};
+pub use tcp::{TcpFrameListener, TcpTransport, DEFAULT_SOCKET_BUFFER};
+
+use super::Result;
+
+/// Something that can bind listeners and open connections (ps-lite's `Van`).
+pub trait Transport: Clone + Send + Sync + 'static {
+    /// The listener type [`bind`](Transport::bind) returns.
+    type Listener: Listener;
+
+    /// Listens on `addr` (`host:port`; port 0 picks a free one).
+    fn bind(&self, addr: &str) -> impl Future<Output = Result<Self::Listener>> + Send;
+
+    /// Connects to `addr` (`host:port`). Fails at once if nobody listens; callers retry.
+    fn connect(&self, addr: &str) -> impl Future<Output = Result<Connection>> + Send;
+}
+
+/// A bound listener handing out framed connections.
+pub trait Listener: Send + 'static {
+    /// The address peers should connect to (`host:port`).
+    fn local_addr(&self) -> Result<String>;
+
+    /// Waits for the next connection; returns it and the peer's address.
+    fn accept(&mut self) -> impl Future<Output = Result<(Connection, String)>> + Send;
+}
