@@ -286,6 +286,30 @@ impl KVStore {
         }
     }
 
+    /// Installs an optimizer (MXNet's `set_optimizer`): every push then runs it on the merged
+    /// gradient of each key. Replaces any updater; optimizer states start empty.
+    pub fn set_optimizer(&self, optimizer: crate::optimizer::Optimizer) -> crate::Result<()> {
+        match &self.backend {
+            Backend::Local(s) => s.set_optimizer(optimizer),
+        }
+    }
+
+    /// Saves the optimizer's states (and its configuration) to `path`, after every scheduled
+    /// update has run. The format is documented in `docs/optimizer-states.md`.
+    pub fn save_optimizer_states(&self, path: impl AsRef<std::path::Path>) -> crate::Result<()> {
+        match &self.backend {
+            Backend::Local(s) => s.save_optimizer_states(path.as_ref(), &self.name),
+        }
+    }
+
+    /// Loads optimizer states saved by [`KVStore::save_optimizer_states`]; a file from another
+    /// optimizer or a corrupted file is an error and changes nothing.
+    pub fn load_optimizer_states(&self, path: impl AsRef<std::path::Path>) -> crate::Result<()> {
+        match &self.backend {
+            Backend::Local(s) => s.load_optimizer_states(path.as_ref(), &self.name),
+        }
+    }
+
     /// Removes the updater: pushes assign the sum again.
     pub fn clear_updater(&self) {
         match &self.backend {

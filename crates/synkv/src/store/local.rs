@@ -17,6 +17,8 @@
 //! store never aliases a caller's array (spec K12.1, a deliberate difference from MXNet).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
@@ -26,6 +28,7 @@ use super::kvstore::{PullReport, Updater};
 use super::{Error, Key, KeyKind};
 use crate::engine::{Engine, Priority, Var};
 use crate::ndarray::{sparse, Buffer, RowSparse, Storage};
+use crate::optimizer::{self, GradRef, WeightMut};
 use crate::{Context, NDArray, StorageType};
 
 /// Keys smaller than this many elements are batched into one engine operation.
@@ -51,7 +54,17 @@ struct State {
     key_kind: Option<KeyKind>,
     entries: FxHashMap<Key, Entry>,
     next_str_order: i64,
-    updater: Option<Updater>,
+    updater: Option<UpdateFn>,
+}
+
+/// What a push runs on the merged value of a key, besides the default assign.
+#[derive(Clone)]
+pub(crate) enum UpdateFn {
+    /// A user closure `(key, merged, stored)`.
+    Closure(Updater),
+    /// An optimizer (`set_optimizer`); its states live here, behind a lock that only the
+    /// serialised update operations take.
+    Optimizer(Arc<Mutex<optimizer::Updater>>),
 }
 
 /// The `local` / `device` backend.
@@ -70,7 +83,7 @@ struct PushItem {
 /// A validated push, ready to schedule.
 pub(crate) struct PreparedPush {
     items: Vec<PushItem>,
-    updater: Option<Updater>,
+    updater: Option<UpdateFn>,
 }
 
 /// A validated pull, ready to schedule.
@@ -166,6 +179,7 @@ impl LocalStore {
         let (groups, updater) = {
             let mut state = self.state.lock();
             let groups = Self::group(&state, op, pairs)?;
+            let updater_kind = &state.updater;
             for Group { key, stored, arrays, .. } in &groups {
                 for v in arrays {
                     if v.shape() != stored.shape() {
@@ -174,6 +188,14 @@ impl LocalStore {
                             key: key.clone(),
                             expected: stored.shape().clone(),
                             got: v.shape().clone(),
+                        }
+                        .into());
+                    }
+                    if matches!(updater_kind, Some(UpdateFn::Optimizer(_))) && !stored.dtype().is_float() {
+                        return Err(Error::Unsupported {
+                            op,
+                            store_type: "local".into(),
+                            reason: format!("key {key} holds {} values; optimizers update float keys only", stored.dtype()),
                         }
                         .into());
                     }
@@ -197,7 +219,7 @@ impl LocalStore {
     /// Schedules a validated push.
     pub(crate) fn schedule_push(&self, prepared: PreparedPush, priority: Priority) {
         let PreparedPush { items, updater } = prepared;
-        if updater.is_some() {
+        if matches!(updater, Some(UpdateFn::Closure(_))) {
             // One operation per key: a failing updater marks only its own key, and the other
             // keys of the call are still updated. Updater calls are serialised anyway.
             for item in items {
@@ -206,11 +228,11 @@ impl LocalStore {
             return;
         }
         for batch in batches(items.into_iter(), |it| it.stored.size()) {
-            self.schedule_push_batch(batch, None, priority);
+            self.schedule_push_batch(batch, updater.clone(), priority);
         }
     }
 
-    fn schedule_push_batch(&self, items: Vec<PushItem>, updater: Option<Updater>, priority: Priority) {
+    fn schedule_push_batch(&self, items: Vec<PushItem>, updater: Option<UpdateFn>, priority: Priority) {
         let reads: Vec<Var> = items.iter().flat_map(|it| it.inputs.iter().map(|a| a.var().clone())).collect();
         let mut writes: Vec<Var> = items.iter().map(|it| it.stored.var().clone()).collect();
         if updater.is_some() {
@@ -220,7 +242,8 @@ impl LocalStore {
             for item in &items {
                 match &updater {
                     None => reduce_assign(item),
-                    Some(f) => apply_updater(f, item)?,
+                    Some(UpdateFn::Closure(f)) => apply_updater(f, item)?,
+                    Some(UpdateFn::Optimizer(o)) => apply_optimizer(o, item)?,
                 }
             }
             Ok(())
@@ -344,7 +367,46 @@ impl LocalStore {
     }
 
     pub(crate) fn set_updater(&self, updater: Option<Updater>) {
-        self.state.lock().updater = updater;
+        self.state.lock().updater = updater.map(UpdateFn::Closure);
+    }
+
+    /// Installs an optimizer: pushes then run it on the merged gradient (states start empty).
+    pub(crate) fn set_optimizer(&self, opt: optimizer::Optimizer) -> crate::Result<()> {
+        let updater = optimizer::Updater::try_new(opt)?;
+        self.state.lock().updater = Some(UpdateFn::Optimizer(Arc::new(Mutex::new(updater))));
+        Ok(())
+    }
+
+    /// The installed optimizer's updater, once every scheduled update has run.
+    fn settled_optimizer(&self, op: &'static str, store_type: &str) -> crate::Result<Arc<Mutex<optimizer::Updater>>> {
+        let upd = match &self.state.lock().updater {
+            Some(UpdateFn::Optimizer(o)) => Arc::clone(o),
+            _ => {
+                return Err(Error::Unsupported {
+                    op,
+                    store_type: store_type.to_string(),
+                    reason: "no optimizer is installed; call set_optimizer first (a custom updater has no states to save)".into(),
+                }
+                .into())
+            }
+        };
+        // Update failures were already reported to pulls and wait_all; here we only wait.
+        let _ = Engine::global().wait_to_write(&self.updater_var);
+        Ok(upd)
+    }
+
+    pub(crate) fn save_optimizer_states(&self, path: &Path, store_type: &str) -> crate::Result<()> {
+        let upd = self.settled_optimizer("save_optimizer_states", store_type)?;
+        let guard = upd.lock();
+        guard.save_states_to(path)?;
+        Ok(())
+    }
+
+    pub(crate) fn load_optimizer_states(&self, path: &Path, store_type: &str) -> crate::Result<()> {
+        let upd = self.settled_optimizer("load_optimizer_states", store_type)?;
+        let mut guard = upd.lock();
+        guard.load_states_from(path)?;
+        Ok(())
     }
 
     pub(crate) fn has_updater(&self) -> bool {
@@ -461,6 +523,71 @@ fn apply_updater(f: &Updater, item: &PushItem) -> crate::Result<()> {
     };
     *stored_arr.storage_mut() = new_storage;
     result
+}
+
+/// Runs the optimizer on the merged gradient. One device's dense gradient is read in place
+/// (no copy); several are summed first; a row_sparse gradient takes the sparse path.
+fn apply_optimizer(opt: &Mutex<optimizer::Updater>, item: &PushItem) -> crate::Result<()> {
+    let key = item.key.to_string();
+    let shape = item.stored.shape();
+    let guards: SmallVec<[_; 4]> = item.inputs.iter().map(|a| a.storage()).collect();
+    let merged;
+    let grad: &Storage = match guards.as_slice() {
+        [one] => one,
+        _ => {
+            merged = merge_any(&item.stored, &guards);
+            &merged
+        }
+    };
+    let mut stored = item.stored.storage_mut();
+    let mut upd = opt.lock();
+    let weight = match &mut *stored {
+        Storage::Dense(w) => w,
+        Storage::RowSparse(w) if w.indices.len() == shape.rows() => &mut w.data,
+        Storage::RowSparse(_) => {
+            return Err(Error::UnsupportedStorage {
+                op: "push",
+                key: item.key.clone(),
+                stype: StorageType::RowSparse,
+                hint: "an optimizer updates a row_sparse key only when every row is present; initialise it with all rows",
+            }
+            .into())
+        }
+    };
+    match grad {
+        Storage::Dense(g) => upd.update(&key, weight_mut(weight)?, grad_ref(g)?)?,
+        Storage::RowSparse(g) => upd.update_row_sparse(&key, weight_mut(weight)?, shape.row_len(), &g.indices, grad_ref(&g.data)?)?,
+    }
+    Ok(())
+}
+
+fn weight_mut(b: &mut Buffer) -> Result<WeightMut<'_>, Error> {
+    let dtype = b.dtype();
+    match b {
+        Buffer::F32(v) => Ok(WeightMut::F32(&mut v[..])),
+        Buffer::F64(v) => Ok(WeightMut::F64(&mut v[..])),
+        Buffer::F16(v) => Ok(WeightMut::F16(&mut v[..])),
+        Buffer::BF16(v) => Ok(WeightMut::BF16(&mut v[..])),
+        _ => Err(not_float(dtype)),
+    }
+}
+
+fn grad_ref(b: &Buffer) -> Result<GradRef<'_>, Error> {
+    match b {
+        Buffer::F32(v) => Ok(GradRef::F32(&v[..])),
+        Buffer::F64(v) => Ok(GradRef::F64(&v[..])),
+        Buffer::F16(v) => Ok(GradRef::F16(&v[..])),
+        Buffer::BF16(v) => Ok(GradRef::BF16(&v[..])),
+        other => Err(not_float(other.dtype())),
+    }
+}
+
+fn not_float(dtype: crate::DType) -> Error {
+    Error::Unsupported {
+        op: "push",
+        store_type: "local".into(),
+        reason: format!("optimizers update float keys only, this one holds {dtype}"),
+    }
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
