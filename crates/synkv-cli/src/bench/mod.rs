@@ -5,6 +5,7 @@
 //! are of real work.
 
 mod local;
+mod sparse;
 mod stats;
 
 use anyhow::Result;
@@ -15,10 +16,13 @@ use clap::Subcommand;
 pub(crate) enum BenchCommand {
     /// push(list of keys × per-device values) + pull(list) on an in-process store.
     Local(local::LocalArgs),
+    /// An embedding table as a row_sparse key: push 1 % of the rows per device, pull 1 %.
+    Sparse(sparse::SparseArgs),
 }
 
 pub(crate) fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Local(args) => local::run(&args),
+        BenchCommand::Sparse(args) => sparse::run(&args),
     }
 }

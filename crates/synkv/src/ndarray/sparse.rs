@@ -60,12 +60,18 @@ pub fn gather_rows(stored: &Storage, row_len: usize, ids: &[i64], dtype: DType) 
                 data.copy_range_from(i * row_len, b, id as usize * row_len, row_len);
             }
         }
+        Storage::RowSparse(r) if holds_every_row(r) => {
+            // Every row present: row id = position.
+            for (i, &id) in ids.iter().enumerate() {
+                data.copy_range_from(i * row_len, &r.data, id as usize * row_len, row_len);
+            }
+        }
         Storage::RowSparse(r) => {
+            // Galloping search from the last position: O(ids · log gap), never a walk over
+            // the stored rows (a full embedding table holds millions).
             let mut pos = 0usize;
             for (i, &id) in ids.iter().enumerate() {
-                while pos < r.indices.len() && r.indices[pos] < id {
-                    pos += 1;
-                }
+                pos = gallop(&r.indices, pos, id);
                 if pos < r.indices.len() && r.indices[pos] == id {
                     data.copy_range_from(i * row_len, &r.data, pos * row_len, row_len);
                 }
@@ -73,6 +79,27 @@ pub fn gather_rows(stored: &Storage, row_len: usize, ids: &[i64], dtype: DType) 
         }
     }
     RowSparse { indices: ids.to_vec(), data }
+}
+
+/// Whether a row_sparse value holds rows `0..n` exactly (sorted unique ids: first 0, last n−1).
+fn holds_every_row(r: &RowSparse) -> bool {
+    let n = r.indices.len();
+    n > 0 && r.indices[0] == 0 && r.indices[n - 1] == n as i64 - 1
+}
+
+/// The first position `>= from` whose id is `>= id`, in sorted `ids`: exponential steps,
+/// then a binary search inside the last step.
+fn gallop(ids: &[i64], from: usize, id: i64) -> usize {
+    let mut lo = from;
+    let mut step = 1;
+    let mut hi = from;
+    while hi < ids.len() && ids[hi] < id {
+        lo = hi + 1;
+        hi += step;
+        step *= 2;
+    }
+    let hi = hi.min(ids.len());
+    lo + ids[lo..hi].partition_point(|&x| x < id)
 }
 
 #[cfg(test)]
@@ -109,6 +136,14 @@ mod tests {
         assert_eq!(g.data, Buffer::from_vec(vec![0.0, 0.0, 3.0, 3.0f32]));
         let dense = Storage::Dense(Buffer::from_vec(vec![0.0, 1.0, 2.0, 3.0f32]));
         assert_eq!(gather_rows(&dense, 1, &[1, 2], DType::F32).data, Buffer::from_vec(vec![1.0, 2.0f32]));
+        // a full table takes the direct path, a partial one the search
+        let full = rsp(&[0, 1, 2], &[5.0, 6.0, 7.0]);
+        assert_eq!(gather_rows(&full, 1, &[0, 2], DType::F32).data, Buffer::from_vec(vec![5.0, 7.0f32]));
+        let partial = rsp(&[2, 5, 9, 11, 40], &[1.0, 2.0, 3.0, 4.0, 5.0]);
+        assert_eq!(gather_rows(&partial, 1, &[0, 5, 10, 11, 40, 41], DType::F32).data, Buffer::from_vec(vec![0.0, 2.0, 0.0, 4.0, 5.0, 0.0f32]));
+        for (i, want) in [(0, 0), (2, 0), (3, 1), (9, 2), (12, 4), (41, 5)] {
+            assert_eq!(gallop(&[2, 5, 9, 11, 40], 0, i), want, "gallop to {i}");
+        }
         let mut ids = vec![3, 1, 3, 0];
         normalize_row_ids(&mut ids);
         assert_eq!(ids, vec![0, 1, 3]);
