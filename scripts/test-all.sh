@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test of synkv: formatting, lints, Rust unit + integration + doc tests.
-# This is the README's test command; .ci/run calls it. It installs what it needs itself.
+# Runs every test of synkv: formatting, lints, the Rust unit, integration and doc tests (the
+# C ABI's C programs and the multi-process dist tests included), the Python package's pytest
+# suite and the Perl module's prove suite. This is the README's test command; .ci/run calls
+# it. It installs what it needs itself (a Python venv; Debian's PDL and FFI::Platypus).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -12,3 +14,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 echo "== cargo test"
 cargo test --workspace
+
+echo "== python (pytest)"
+bash scripts/test-python.sh
+
+echo "== perl (prove)"
+bash scripts/test-perl.sh

@@ -1,10 +1,18 @@
 //! The `synkv` command: parses arguments, runs one subcommand, returns an exit code.
 //!
-//! - `synkv demo` — the MXNet KVStore tutorial's steps on a `local` store;
-//! - `synkv bench local …` — push+pull timings of the in-process store.
+//! - `synkv demo` — the MXNet KVStore tutorial's steps on a `local` store; `synkv demo --dist`
+//!   trains logistic regression on a scheduler, 2 servers and 2 workers on this host;
+//! - `synkv bench local …` — push+pull timings of the in-process store;
+//! - `synkv scheduler`, `synkv server` — run a cluster role from the `DMLC_*` environment;
+//! - `synkv launch -n W -s S -- CMD…` — start a whole job on this host;
+//! - `synkv selftest dist <case>` (hidden) — worker programs for the multi-process tests.
 
 mod bench;
 mod demo;
+mod dist_demo;
+mod launch;
+mod roles;
+mod selftest;
 
 use clap::{Parser, Subcommand};
 
@@ -18,12 +26,25 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the KVStore tutorial's steps on a `local` store and print each result.
-    Demo,
+    /// Run the KVStore tutorial's steps on a `local` store and print each result; with
+    /// `--dist`, train a small model on a whole distributed job on this host.
+    Demo(dist_demo::DistDemoArgs),
     /// Measure store operations.
     Bench {
         #[command(subcommand)]
         which: bench::BenchCommand,
+    },
+    /// Run the scheduler of a distributed job (reads DMLC_* from the environment).
+    Scheduler,
+    /// Run a parameter server of a distributed job (reads DMLC_* from the environment).
+    Server,
+    /// Start a scheduler, servers and workers on this host: `synkv launch -n 2 -s 2 -- CMD…`.
+    Launch(launch::LaunchArgs),
+    /// Worker programs for synkv's own multi-process tests.
+    #[command(hide = true)]
+    Selftest {
+        #[command(subcommand)]
+        which: selftest::SelftestCommand,
     },
 }
 
@@ -31,11 +52,18 @@ fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SYNKV_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo => demo::run(),
+        Command::Demo(args) if args.dist_worker => dist_demo::worker(&args),
+        Command::Demo(args) if args.dist => dist_demo::run(&args),
+        Command::Demo(_) => demo::run(),
         Command::Bench { which } => bench::run(which),
+        Command::Scheduler => roles::run(roles::RoleCommand::Scheduler),
+        Command::Server => roles::run(roles::RoleCommand::Server),
+        Command::Launch(args) => return launch::run(&args),
+        Command::Selftest { which } => selftest::run(which),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,6 +1,8 @@
 //! Criterion benches for synkv (candle's layout: this file plus one module per area).
 //! Every bench waits for the engine before stopping the clock.
 
+mod kernels;
+
 use criterion::{criterion_group, criterion_main, Criterion};
 use synkv::{create, NDArray};
 
@@ -20,5 +22,5 @@ fn store_small_keys(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, store_small_keys);
+criterion_group!(benches, store_small_keys, kernels::benches);
 criterion_main!(benches);

@@ -1,6 +1,6 @@
 //! [`Error`]: the crate-wide error, wrapping each layer's own error type.
 
-use crate::{engine, ndarray, optimizer, store};
+use crate::{dist, engine, ndarray, optimizer, store};
 
 /// Any synkv error. Each layer has its own typed error; this enum wraps them so a caller can
 /// use `?` across layers and still match on the kind.
@@ -16,6 +16,9 @@ pub enum Error {
     /// An optimizer error (configuration, state file, dtype).
     #[error(transparent)]
     Optimizer(#[from] optimizer::Error),
+    /// A distributed-layer error (lost node, timeout, authentication, a server's refusal).
+    #[error(transparent)]
+    Dist(#[from] dist::Error),
     /// An asynchronous operation failed; returned by the next wait on an affected array.
     #[error(transparent)]
     Engine(#[from] engine::Error),

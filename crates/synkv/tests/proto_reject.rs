@@ -70,8 +70,8 @@ fn reject_unknown_command() {
 #[test]
 fn reject_unknown_flags() {
     let mut b = frame(&sample());
-    b[8] = 0x09;
-    assert_eq!(reject(&b), DecodeError::UnknownFlags(0x08));
+    b[8] = 0x11;
+    assert_eq!(reject(&b), DecodeError::UnknownFlags(0x10));
 }
 
 #[test]

@@ -448,8 +448,8 @@ fn t21_case(ty: &str, sparse: bool, grouped: bool) {
         let outs: Vec<Vec<NDArray>> =
             T21_SHAPES.iter().map(|s| (0..T21_DEVICES).map(|d| NDArray::zeros_on(s.to_vec(), Context::cpu(d))).collect()).collect();
         if grouped {
-            kv.push(&T21_KEYS, &vals).unwrap();
-            kv.pull(&T21_KEYS, &outs).unwrap();
+            kv.push(T21_KEYS, &vals).unwrap();
+            kv.pull(T21_KEYS, &outs).unwrap();
         } else {
             for j in 0..T21_KEYS.len() {
                 kv.push(T21_KEYS[j], &vals[j]).unwrap();
@@ -513,9 +513,12 @@ fn test_optimizer_adds_rescaled_gradients() {
     });
 }
 
-fn pulled_array(kv: &KVStore, key: &str, shape: &[usize]) -> NDArray {
+/// Pulls `key` into a fresh dense f32 array (pre-filled with −777, so an unwritten output shows).
+#[track_caller]
+fn pulled_array(kv: &KVStore, key: impl Into<Key>, shape: &[usize]) -> NDArray {
+    let key = key.into();
     let out = NDArray::full(shape.to_vec(), -777.0);
-    kv.pull(key, &out).unwrap();
+    kv.pull(&key, &out).unwrap_or_else(|e| panic!("pull {key}: {e}"));
     out
 }
 
@@ -594,6 +597,55 @@ fn states_saved_by_one_store_resume_in_another() {
     });
 }
 
+// The f32 master copy of a multi-precision f16 weight is part of the saved state: a store that
+// loads it continues from the master, not from the rounded f16 weight, exactly as the saving
+// store does. Loading it into an optimizer without multi_precision is refused.
+#[test]
+fn multi_precision_master_copies_are_saved_and_loaded() {
+    bounded(|| {
+        let shape = [4, 4];
+        for ty in STORE_TYPES {
+            let opt = Optimizer::from(Sgd { momentum: 0.9, ..Sgd::default() }).with_learning_rate(0.01).with_multi_precision(true);
+            let mut rng = Rng::new(1616);
+            let w0: Vec<f16> = rng.uniform(16, -1.0, 1.0).into_iter().map(f16::from_f32).collect();
+            let grads: Vec<Vec<f16>> = (0..3).map(|_| rng.uniform(16, -1.0, 1.0).into_iter().map(f16::from_f32).collect()).collect();
+            let a = create(ty).unwrap();
+            a.init(3, &arr_on(&shape, w0, Context::cpu(0))).unwrap();
+            a.set_optimizer(opt.clone()).unwrap();
+            for g in &grads[..2] {
+                a.push(3, &arr_on(&shape, g.clone(), Context::cpu(0))).unwrap();
+            }
+            let w2 = pulled::<f16>(&a, &Key::Int(3), &shape);
+            let file = TempFile::new("master");
+            a.save_optimizer_states(file.path()).unwrap();
+            a.push(3, &arr_on(&shape, grads[2].clone(), Context::cpu(0))).unwrap();
+            let wa = pulled::<f16>(&a, &Key::Int(3), &shape);
+
+            let restored = Updater::from_saved_states(&std::fs::read(file.path()).unwrap()).unwrap();
+            let master = restored.state("3").and_then(|s| s.master_weight()).expect("the file holds the f32 master copy");
+            assert!(
+                master.iter().zip(&w2).any(|(m, w)| *m != w.to_f32()),
+                "{ty}: the master copy keeps more than the f16 weight (else this test could not tell them apart)"
+            );
+
+            let b = create(ty).unwrap();
+            b.init(3, &arr_on(&shape, w2.clone(), Context::cpu(0))).unwrap();
+            b.set_optimizer(opt.clone()).unwrap();
+            b.load_optimizer_states(file.path()).unwrap();
+            b.push(3, &arr_on(&shape, grads[2].clone(), Context::cpu(0))).unwrap();
+            let wb = pulled::<f16>(&b, &Key::Int(3), &shape);
+            assert_same_bits(&wb, &wa, |x| u64::from(x.to_bits()), &format!("{ty}: f16 resumed from the master copy"));
+
+            let plain = create(ty).unwrap();
+            plain.init(3, &arr_on(&shape, w2, Context::cpu(0))).unwrap();
+            plain.set_optimizer(opt.clone().with_multi_precision(false)).unwrap();
+            let e = optimizer_err(plain.load_optimizer_states(file.path()), &format!("{ty}: master copy without multi_precision"));
+            assert!(matches!(&e, optimizer::Error::StateMismatch { key, .. } if key == "3"), "{ty}: {e:?}");
+            assert_msg(&e, &["master copy", "multi_precision"]);
+        }
+    });
+}
+
 // save_optimizer_states waits for every scheduled update: pushes not yet read are in the file.
 #[test]
 fn save_waits_for_scheduled_updates() {
@@ -668,15 +720,9 @@ fn save_and_load_without_an_optimizer_are_refused() {
             }
             // the store works: the custom updater still adds
             kv.push(3, &NDArray::full([2, 2], 2.0)).unwrap();
-            common::assert_all(&pulled_array_int(&kv, 3, &[2, 2]), 3.0, &format!("{ty}: 1 + 2 after the refusals"));
+            common::assert_all(&pulled_array(&kv, 3, &[2, 2]), 3.0, &format!("{ty}: 1 + 2 after the refusals"));
         }
     });
-}
-
-fn pulled_array_int(kv: &KVStore, key: i32, shape: &[usize]) -> NDArray {
-    let out = NDArray::full(shape.to_vec(), -777.0);
-    kv.pull(key, &out).unwrap();
-    out
 }
 
 /// A store with key 3 = `w0` under `opt` after one step of `g`, and its reference.
@@ -814,7 +860,7 @@ fn an_invalid_optimizer_is_refused_and_the_old_one_kept() {
                 assert_msg(&e, &[param]);
             }
             kv.push(3, &NDArray::full([2, 2], 2.0)).unwrap();
-            common::assert_all(&pulled_array_int(&kv, 3, &[2, 2]), 2.0, &format!("{ty}: the test optimizer still adds"));
+            common::assert_all(&pulled_array(&kv, 3, &[2, 2]), 2.0, &format!("{ty}: the test optimizer still adds"));
         }
     });
 }
@@ -833,11 +879,11 @@ fn set_optimizer_and_set_updater_replace_each_other() {
                 Ok(())
             });
             kv.push(3, &NDArray::ones(shape)).unwrap();
-            common::assert_all(&pulled_array_int(&kv, 3, &shape), 1.0, &format!("{ty}: custom updater += 1"));
+            common::assert_all(&pulled_array(&kv, 3, &shape), 1.0, &format!("{ty}: custom updater += 1"));
 
             kv.set_optimizer(Optimizer::test().with_rescale_grad(2.0)).unwrap();
             kv.push(3, &NDArray::ones(shape)).unwrap();
-            common::assert_all(&pulled_array_int(&kv, 3, &shape), 3.0, &format!("{ty}: the optimizer replaced the updater: += 2"));
+            common::assert_all(&pulled_array(&kv, 3, &shape), 3.0, &format!("{ty}: the optimizer replaced the updater: += 2"));
             let file = TempFile::new("replace");
             kv.save_optimizer_states(file.path()).unwrap_or_else(|e| panic!("{ty}: an optimizer is installed: {e}"));
 
@@ -846,7 +892,7 @@ fn set_optimizer_and_set_updater_replace_each_other() {
                 Ok(())
             });
             kv.push(3, &NDArray::ones(shape)).unwrap();
-            common::assert_all(&pulled_array_int(&kv, 3, &shape), 2.0, &format!("{ty}: the updater replaced the optimizer: −= 1"));
+            common::assert_all(&pulled_array(&kv, 3, &shape), 2.0, &format!("{ty}: the updater replaced the optimizer: −= 1"));
             let e = store_err(kv.save_optimizer_states(file.path()), &format!("{ty}: save after set_updater"));
             assert!(matches!(e, StoreError::Unsupported { op: "save_optimizer_states", .. }), "{ty}: {e:?}");
 
@@ -868,7 +914,29 @@ fn set_optimizer_and_set_updater_replace_each_other() {
             kv.clear_updater();
             assert!(!kv.has_updater());
             kv.push(3, &NDArray::full(shape, 7.0)).unwrap();
-            common::assert_all(&pulled_array_int(&kv, 3, &shape), 7.0, &format!("{ty}: assign again"));
+            common::assert_all(&pulled_array(&kv, 3, &shape), 7.0, &format!("{ty}: assign again"));
+        }
+    });
+}
+
+// Pushes scheduled before set_optimizer keep the optimizer they were scheduled with.
+#[test]
+fn pushes_scheduled_before_set_optimizer_keep_their_optimizer() {
+    bounded(|| {
+        let shape = [300, 300];
+        for ty in STORE_TYPES {
+            let kv = create(ty).unwrap();
+            kv.init(3, &NDArray::zeros(shape)).unwrap();
+            kv.set_optimizer(Optimizer::test()).unwrap();
+            let g = NDArray::ones(shape);
+            for _ in 0..3 {
+                kv.push(3, &g).unwrap();
+            }
+            kv.set_optimizer(Optimizer::test().with_rescale_grad(10.0)).unwrap();
+            kv.push(3, &g).unwrap();
+            let out = NDArray::zeros(shape);
+            kv.pull(3, &out).unwrap();
+            common::assert_all(&out, 13.0, &format!("{ty}: 3 pushes at rescale 1, then one at rescale 10"));
         }
     });
 }

@@ -4,6 +4,7 @@
 //! `wait_all`), and checked for the right result after the timed iterations so the numbers
 //! are of real work.
 
+mod dist;
 mod local;
 mod sparse;
 mod stats;
@@ -18,11 +19,14 @@ pub(crate) enum BenchCommand {
     Local(local::LocalArgs),
     /// An embedding table as a row_sparse key: push 1 % of the rows per device, pull 1 %.
     Sparse(sparse::SparseArgs),
+    /// push + pull on a distributed store, per worker (run under `synkv launch`).
+    Dist(dist::DistArgs),
 }
 
 pub(crate) fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Local(args) => local::run(&args),
         BenchCommand::Sparse(args) => sparse::run(&args),
+        BenchCommand::Dist(args) => dist::run(&args),
     }
 }

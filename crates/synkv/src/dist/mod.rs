@@ -10,19 +10,30 @@
 //!   failure detection and the shutdown sequence.
 //! - [`cluster`] — [`Cluster`], a node's view of the cluster (ps-lite's `Postoffice` as a value):
 //!   join, ranks, barriers, failure notification, finish.
+//! - [`slicer`] — where keys live: ps keys (int keys, FNV-1a for str keys), the server of a
+//!   small key, the slices of a big one.
+//! - [`codec`] — array buffers ↔ chunk bytes.
+//! - [`server`] — [`Server`]: key shards, sync rounds, the optimizer, [`ServerCmd`]s.
+//! - [`worker`] — [`Worker`]: a worker's membership and its [`Client`] connections to every
+//!   server (requests with ids and deadlines).
 //!
-//! The dist layer sits below the store: nothing here imports `store`. The server's key logic
-//! and the worker store build on [`Cluster`] and [`Connection`].
+//! The dist layer sits below the store: nothing here imports `store`. The worker *store*
+//! (`store::dist`) builds on [`Worker`]; the server uses `ndarray` buffers and the
+//! `optimizer`, which sit below it.
 #![deny(unsafe_code)]
 
 pub mod auth;
 pub mod cluster;
+pub mod codec;
 pub mod config;
 mod error;
 mod node;
 pub mod proto;
 pub mod scheduler;
+pub mod server;
+pub mod slicer;
 pub mod transport;
+pub mod worker;
 
 pub use auth::Secret;
 pub use cluster::Cluster;
@@ -30,7 +41,9 @@ pub use config::Config;
 pub use error::{AuthError, ConfigError, Error};
 pub use node::{Group, Node, NodeId, ParseRoleError, Rank, Role, UnknownRole};
 pub use scheduler::Scheduler;
+pub use server::{Server, ServerCmd};
 pub use transport::{Connection, Listener, MemTransport, TcpTransport, Transport};
+pub use worker::{Client, Worker};
 
 /// A `Result` whose error is [`dist::Error`](Error).
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -49,5 +62,8 @@ mod tests {
         send_sync::<super::TcpTransport>();
         send_sync::<super::MemTransport>();
         send_sync::<super::proto::Message>();
+        send_sync::<super::Server>();
+        send_sync::<super::Worker>();
+        send_sync::<super::Client>();
     }
 }

@@ -67,7 +67,6 @@ mod parallel;
 mod reduced;
 mod scalar;
 // AVX-512 needs Rust 1.89 (see the module doc): tell Clippy until the workspace MSRV is raised.
-#[clippy::msrv = "1.89"]
 mod simd;
 #[cfg(test)]
 mod tests;

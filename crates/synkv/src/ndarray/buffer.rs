@@ -10,6 +10,11 @@ use super::data::Data;
 use super::DType;
 use crate::kernels::{self, Element};
 
+/// Bytes per chunk of a fused copy into several outputs: large enough for the kernels to
+/// stream (non-temporal stores) and split over threads, small enough to stay in the L3 cache
+/// between the copies.
+const FUSED_CHUNK_BYTES: usize = 8 << 20;
+
 /// A typed, contiguous vector of elements (owned, or external memory: see [`Data`]).
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -192,7 +197,10 @@ impl Buffer {
     /// validate shapes first; a mismatch copies the common prefix only).
     pub fn assign_cast(&mut self, src: &Buffer) {
         if self.dtype() == src.dtype() {
-            with_buffer_pair!(&mut *self, src, (d, s) => kernels::copy(&mut d[..], &s[..]), else => ());
+            with_buffer_pair!(&mut *self, src, (d, s) => {
+                let n = d.len().min(s.len());
+                kernels::copy(&mut d[..n], &s[..n])
+            }, else => ());
         } else {
             with_buffer!(&mut *self, d => with_buffer!(src, s => kernels::cast(&mut d[..], &s[..])));
         }
@@ -202,15 +210,18 @@ impl Buffer {
     /// are converted first. `srcs` must not be empty and every source has `self.len()` elements.
     pub(crate) fn assign_sum(&mut self, srcs: &[&Buffer]) {
         fn typed<T: BufferElement>(dst: &mut [T], srcs: &[&Buffer]) -> bool {
-            let mut slices: Vec<&[T]> = Vec::with_capacity(srcs.len());
+            let mut slices: smallvec::SmallVec<[&[T]; 8]> = smallvec::SmallVec::with_capacity(srcs.len());
             for s in srcs {
                 match T::slice_of(s) {
                     Some(sl) => slices.push(sl),
                     None => return false,
                 }
             }
+            // Callers validate shapes; a short source only shortens what is written.
+            let n = slices.iter().map(|s| s.len()).fold(dst.len(), usize::min);
+            let dst = &mut dst[..n];
             if slices.len() == 1 {
-                kernels::copy(dst, slices[0]);
+                kernels::copy(dst, &slices[0][..n]);
             } else if !slices.is_empty() {
                 kernels::sum_into(dst, &slices);
             }
@@ -238,6 +249,27 @@ impl Buffer {
     /// A copy of `src[off..off+len]`.
     pub(crate) fn from_range(src: &Buffer, off: usize, len: usize) -> Buffer {
         with_buffer!(src, s => BufferElement::into_buffer(s[off..off + len].to_vec()))
+    }
+
+    /// Copies `self` into every buffer of `dsts` (all of this dtype and length) reading `self`
+    /// once: chunk by chunk, so the second and later copies of a chunk read it from cache. A
+    /// pull into K outputs then costs one read of the stored value instead of K.
+    pub(crate) fn copy_into_many(&self, dsts: &mut [&mut Buffer]) {
+        fn typed<T: BufferElement>(src: &[T], dsts: &mut [&mut Buffer]) {
+            let chunk = (FUSED_CHUNK_BYTES / std::mem::size_of::<T>()).max(1);
+            let mut outs: smallvec::SmallVec<[&mut [T]; 8]> = dsts.iter_mut().filter_map(|d| T::slice_of_mut(d)).collect();
+            let mut start = 0;
+            while start < src.len() {
+                let end = (start + chunk).min(src.len());
+                for out in outs.iter_mut() {
+                    if out.len() >= end {
+                        kernels::copy(&mut out[start..end], &src[start..end]);
+                    }
+                }
+                start = end;
+            }
+        }
+        with_buffer!(self, s => typed(&s[..], dsts));
     }
 
     /// Copies `src[src_off..src_off+len]` into `self[dst_off..dst_off+len]`, converting dtypes.

@@ -52,7 +52,7 @@ pub fn sum_row_sparse(parts: &[&Storage], rows: usize, row_len: usize, dtype: DT
 
 /// The rows `ids` (sorted, unique, in range) of a stored value, as a row_sparse value with
 /// exactly those ids; rows the stored value does not hold are zeros (spec K5.11).
-pub fn gather_rows(stored: &Storage, row_len: usize, ids: &[i64], dtype: DType) -> RowSparse {
+pub fn gather_rows(stored: &Storage, rows: usize, row_len: usize, ids: &[i64], dtype: DType) -> RowSparse {
     let mut data = Buffer::zeros(dtype, ids.len() * row_len);
     match stored {
         Storage::Dense(b) => {
@@ -60,7 +60,7 @@ pub fn gather_rows(stored: &Storage, row_len: usize, ids: &[i64], dtype: DType) 
                 data.copy_range_from(i * row_len, b, id as usize * row_len, row_len);
             }
         }
-        Storage::RowSparse(r) if holds_every_row(r) => {
+        Storage::RowSparse(r) if holds_every_row(r, rows) => {
             // Every row present: row id = position.
             for (i, &id) in ids.iter().enumerate() {
                 data.copy_range_from(i * row_len, &r.data, id as usize * row_len, row_len);
@@ -81,10 +81,10 @@ pub fn gather_rows(stored: &Storage, row_len: usize, ids: &[i64], dtype: DType) 
     RowSparse { indices: ids.to_vec(), data }
 }
 
-/// Whether a row_sparse value holds rows `0..n` exactly (sorted unique ids: first 0, last n−1).
-fn holds_every_row(r: &RowSparse) -> bool {
-    let n = r.indices.len();
-    n > 0 && r.indices[0] == 0 && r.indices[n - 1] == n as i64 - 1
+/// Whether a row_sparse value of `rows` logical rows holds every one of them (its ids are
+/// sorted and unique, so holding `rows` of them means holding `0..rows`).
+fn holds_every_row(r: &RowSparse, rows: usize) -> bool {
+    rows > 0 && r.indices.len() == rows
 }
 
 /// The first position `>= from` whose id is `>= id`, in sorted `ids`: exponential steps,
@@ -131,16 +131,22 @@ mod tests {
     #[test]
     fn gather_fills_missing_rows_with_zeros() {
         let stored = rsp(&[1, 3], &[1.0, 1.0, 3.0, 3.0]);
-        let g = gather_rows(&stored, 2, &[0, 3], DType::F32);
+        let g = gather_rows(&stored, 4, 2, &[0, 3], DType::F32);
         assert_eq!(g.indices, vec![0, 3]);
         assert_eq!(g.data, Buffer::from_vec(vec![0.0, 0.0, 3.0, 3.0f32]));
         let dense = Storage::Dense(Buffer::from_vec(vec![0.0, 1.0, 2.0, 3.0f32]));
-        assert_eq!(gather_rows(&dense, 1, &[1, 2], DType::F32).data, Buffer::from_vec(vec![1.0, 2.0f32]));
-        // a full table takes the direct path, a partial one the search
+        assert_eq!(gather_rows(&dense, 4, 1, &[1, 2], DType::F32).data, Buffer::from_vec(vec![1.0, 2.0f32]));
+        // a full table takes the direct path, a partial one the search — also when the
+        // partial one holds rows 0..k of more rows (pulling row k reads nothing)
+        let prefix = rsp(&[0, 1, 2], &[5.0, 6.0, 7.0]);
+        assert_eq!(gather_rows(&prefix, 4, 1, &[2, 3], DType::F32).data, Buffer::from_vec(vec![7.0, 0.0f32]));
         let full = rsp(&[0, 1, 2], &[5.0, 6.0, 7.0]);
-        assert_eq!(gather_rows(&full, 1, &[0, 2], DType::F32).data, Buffer::from_vec(vec![5.0, 7.0f32]));
+        assert_eq!(gather_rows(&full, 3, 1, &[0, 2], DType::F32).data, Buffer::from_vec(vec![5.0, 7.0f32]));
         let partial = rsp(&[2, 5, 9, 11, 40], &[1.0, 2.0, 3.0, 4.0, 5.0]);
-        assert_eq!(gather_rows(&partial, 1, &[0, 5, 10, 11, 40, 41], DType::F32).data, Buffer::from_vec(vec![0.0, 2.0, 0.0, 4.0, 5.0, 0.0f32]));
+        assert_eq!(
+            gather_rows(&partial, 50, 1, &[0, 5, 10, 11, 40, 41], DType::F32).data,
+            Buffer::from_vec(vec![0.0, 2.0, 0.0, 4.0, 5.0, 0.0f32])
+        );
         for (i, want) in [(0, 0), (2, 0), (3, 1), (9, 2), (12, 4), (41, 5)] {
             assert_eq!(gallop(&[2, 5, 9, 11, 40], 0, i), want, "gallop to {i}");
         }

@@ -72,6 +72,7 @@ mod params;
 mod rmsprop;
 mod scheduler;
 mod sgd;
+mod shard;
 mod sparse;
 mod state;
 mod tensor;

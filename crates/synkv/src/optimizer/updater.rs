@@ -276,7 +276,7 @@ fn check_rows(key: &str, n: usize, row_len: usize, rows: &[i64], data_len: usize
         }
         return Err(Error::sparse(key, "row_len is 0; pass the weight's row length (product of all but the first dimension)"));
     }
-    if n % row_len != 0 {
+    if !n.is_multiple_of(row_len) {
         return Err(Error::sparse(key, format!("the weight has {n} elements, which is not a multiple of row_len {row_len}")));
     }
     let nrows = n / row_len;

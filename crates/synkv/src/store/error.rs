@@ -116,6 +116,22 @@ pub enum Error {
         /// What the updater left.
         got: String,
     },
+    /// The row-id arrays do not match the outputs of a row_sparse_pull.
+    #[error("row_sparse_pull: {outputs} outputs but {row_ids} row_ids arrays; give one row_ids array per output, or a single one for all outputs of a key")]
+    RowIdsMismatch {
+        /// Number of outputs.
+        outputs: usize,
+        /// Number of row-id arrays.
+        row_ids: usize,
+    },
+    /// Row ids that are not integers, or not a dense array.
+    #[error("row_sparse_pull: invalid row ids for key {key}: {reason}")]
+    InvalidRowIds {
+        /// The key.
+        key: Key,
+        /// What is wrong.
+        reason: String,
+    },
     /// A row id outside the key's rows.
     #[error("row_sparse_pull: row id {id} is out of range for key {key}, which has {rows} rows")]
     RowIdOutOfRange {

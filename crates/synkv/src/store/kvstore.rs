@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::args::flatten;
+use super::dist::DistStore;
 use super::local::LocalStore;
 use super::{Arrays, Error, Key, Keys, StoreType};
 use crate::engine::{Engine, Priority};
@@ -49,6 +50,7 @@ impl PullReport {
 
 enum Backend {
     Local(LocalStore),
+    Dist(Box<DistStore>),
 }
 
 /// A key-value store of n-d arrays: MXNet's KVStore.
@@ -65,19 +67,15 @@ pub struct KVStore {
 /// Creates a store of the given type: `local`, `device`, or one of MXNet's aliases
 /// (`local_update_cpu`, `local_allreduce_cpu`, `local_allreduce_device`). Names are
 /// case-insensitive; [`KVStore::type_name`] returns the lower-cased name as given.
+///
+/// The distributed types (`dist_sync`, `dist_async`, `dist_device_sync`, and the aliases
+/// `dist`, `dist_sync_device`) join the cluster described by the `DMLC_*` environment as a
+/// worker; see `docs/dist.md`.
 pub fn create(name: &str) -> crate::Result<KVStore> {
     let kind = StoreType::parse(name)?;
     let backend = match kind {
         StoreType::Local | StoreType::Device => Backend::Local(LocalStore::new()),
-        other => {
-            return Err(Error::Unsupported {
-                op: "create",
-                store_type: other.to_string(),
-                reason: "the distributed runtime (scheduler, servers, workers) is not part of this build yet; use `local` or `device`"
-                    .into(),
-            }
-            .into())
-        }
+        dist => Backend::Dist(Box::new(DistStore::create(dist, &name.to_ascii_lowercase())?)),
     };
     Ok(KVStore { name: name.to_ascii_lowercase(), kind, backend })
 }
@@ -95,12 +93,26 @@ impl KVStore {
 
     /// This worker's rank: 0 for in-process stores.
     pub fn rank(&self) -> usize {
-        0
+        match &self.backend {
+            Backend::Local(_) => 0,
+            Backend::Dist(s) => s.rank(),
+        }
     }
 
     /// The number of workers: 1 for in-process stores.
     pub fn num_workers(&self) -> usize {
-        1
+        match &self.backend {
+            Backend::Local(_) => 1,
+            Backend::Dist(s) => s.num_workers(),
+        }
+    }
+
+    /// The number of servers: 0 for in-process stores.
+    pub fn num_servers(&self) -> usize {
+        match &self.backend {
+            Backend::Local(_) => 0,
+            Backend::Dist(s) => s.num_servers(),
+        }
     }
 
     /// Initialises keys with values (copied; later changes to `values` do not reach the
@@ -109,6 +121,7 @@ impl KVStore {
         let pairs = flatten("init", keys.into(), values.into())?;
         match &self.backend {
             Backend::Local(s) => s.init(pairs),
+            Backend::Dist(s) => s.init(pairs),
         }
     }
 
@@ -123,16 +136,14 @@ impl KVStore {
         let pairs = flatten("push", keys.into(), values.into())?;
         match &self.backend {
             Backend::Local(s) => s.push(pairs, priority),
+            Backend::Dist(s) => s.push(pairs, priority),
         }
     }
 
     /// Pulls values into outputs (a list of outputs for one key: each gets the value).
     /// Row_sparse outputs are skipped and logged; see [`KVStore::pull_with`].
     pub fn pull<'a>(&self, keys: impl Into<Keys>, outs: impl Into<Arrays<'a>>) -> crate::Result<()> {
-        let report = self.pull_with(keys, outs, PullOptions::default())?;
-        if !report.is_complete() {
-            tracing::warn!(keys = ?report.skipped_sparse, "pull skipped row_sparse outputs (ignore_sparse); use row_sparse_pull for them");
-        }
+        warn_skipped(&self.pull_with(keys, outs, PullOptions::default())?);
         Ok(())
     }
 
@@ -141,6 +152,7 @@ impl KVStore {
         let pairs = flatten("pull", keys.into(), outs.into())?;
         match &self.backend {
             Backend::Local(s) => s.pull(pairs, options.priority, options.ignore_sparse),
+            Backend::Dist(s) => s.pull(pairs, options.priority, options.ignore_sparse),
         }
     }
 
@@ -184,9 +196,10 @@ impl KVStore {
                 let push = s.prepare_push("pushpull", push_pairs)?;
                 let pull = s.prepare_pull("pushpull", pull_pairs, true)?;
                 s.schedule_push(push, priority);
-                s.schedule_pull(pull, priority);
+                warn_skipped(&s.schedule_pull(pull, priority));
                 Ok(())
             }
+            Backend::Dist(s) => s.pushpull(push_pairs, pull_pairs, priority),
         }
     }
 
@@ -223,7 +236,13 @@ impl KVStore {
         match &self.backend {
             Backend::Local(s) => {
                 s.init(init_pairs)?;
-                s.pull(pull_pairs, priority, true).map(drop)
+                warn_skipped(&s.pull(pull_pairs, priority, true)?);
+                Ok(())
+            }
+            Backend::Dist(s) => {
+                s.init(init_pairs)?;
+                warn_skipped(&s.pull(pull_pairs, priority, true)?);
+                Ok(())
             }
         }
     }
@@ -257,21 +276,35 @@ impl KVStore {
         let id_arrays: Vec<&NDArray> = match (&keys, row_ids) {
             (Keys::One(_), Arrays::One(ids)) => vec![ids; out_pairs.len()],
             (keys, ids) => {
-                let pairs = flatten(op, keys.clone(), ids)?;
+                let pairs = match flatten(op, keys.clone(), ids) {
+                    Ok(p) => p,
+                    Err(Error::LengthMismatch { values, .. }) => {
+                        return Err(Error::RowIdsMismatch { outputs: out_pairs.len(), row_ids: values }.into())
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 if pairs.len() != out_pairs.len() {
-                    return Err(Error::LengthMismatch { op, keys: out_pairs.len(), values: pairs.len() }.into());
+                    return Err(Error::RowIdsMismatch { outputs: out_pairs.len(), row_ids: pairs.len() }.into());
                 }
                 pairs.into_iter().map(|p| p.1).collect()
             }
         };
         let mut triples = Vec::with_capacity(out_pairs.len());
         for ((key, out), ids) in out_pairs.into_iter().zip(id_arrays) {
-            let mut v: Vec<i64> = ids.to_vec::<f64>()?.into_iter().map(|x| x as i64).collect();
+            if ids.storage_type() != crate::StorageType::Dense {
+                return Err(Error::InvalidRowIds { key, reason: "row ids must be a dense array".into() }.into());
+            }
+            let raw = ids.to_vec::<f64>()?;
+            if let Some(bad) = raw.iter().find(|x| !x.is_finite() || x.fract() != 0.0) {
+                return Err(Error::InvalidRowIds { key, reason: format!("row id {bad} is not an integer") }.into());
+            }
+            let mut v: Vec<i64> = raw.into_iter().map(|x| x as i64).collect();
             crate::ndarray::sparse::normalize_row_ids(&mut v);
             triples.push((key, out, v));
         }
         match &self.backend {
             Backend::Local(s) => s.row_sparse_pull(triples, priority),
+            Backend::Dist(s) => s.row_sparse_pull(triples, priority),
         }
     }
 
@@ -283,6 +316,8 @@ impl KVStore {
     {
         match &self.backend {
             Backend::Local(s) => s.set_updater(Some(Arc::new(updater))),
+            // Updates run on the servers: a local updater has no effect (spec K6.2).
+            Backend::Dist(_) => tracing::warn!("set_updater has no effect on a {} store; use set_optimizer", self.name),
         }
     }
 
@@ -291,6 +326,7 @@ impl KVStore {
     pub fn set_optimizer(&self, optimizer: crate::optimizer::Optimizer) -> crate::Result<()> {
         match &self.backend {
             Backend::Local(s) => s.set_optimizer(optimizer),
+            Backend::Dist(s) => s.set_optimizer(optimizer),
         }
     }
 
@@ -299,6 +335,7 @@ impl KVStore {
     pub fn save_optimizer_states(&self, path: impl AsRef<std::path::Path>) -> crate::Result<()> {
         match &self.backend {
             Backend::Local(s) => s.save_optimizer_states(path.as_ref(), &self.name),
+            Backend::Dist(s) => s.save_optimizer_states(path.as_ref()),
         }
     }
 
@@ -307,6 +344,7 @@ impl KVStore {
     pub fn load_optimizer_states(&self, path: impl AsRef<std::path::Path>) -> crate::Result<()> {
         match &self.backend {
             Backend::Local(s) => s.load_optimizer_states(path.as_ref(), &self.name),
+            Backend::Dist(s) => s.load_optimizer_states(path.as_ref()),
         }
     }
 
@@ -314,6 +352,7 @@ impl KVStore {
     pub fn clear_updater(&self) {
         match &self.backend {
             Backend::Local(s) => s.set_updater(None),
+            Backend::Dist(_) => {}
         }
     }
 
@@ -321,18 +360,40 @@ impl KVStore {
     pub fn has_updater(&self) -> bool {
         match &self.backend {
             Backend::Local(s) => s.has_updater(),
+            Backend::Dist(s) => s.has_optimizer(),
         }
     }
 
-    /// A barrier across workers: a no-op for in-process stores.
+    /// A barrier across workers: a no-op for in-process stores. It does not wait for
+    /// pending pushes and pulls (spec K12.19).
     pub fn barrier(&self) -> crate::Result<()> {
-        Ok(())
+        match &self.backend {
+            Backend::Local(_) => Ok(()),
+            Backend::Dist(s) => s.barrier(),
+        }
+    }
+
+    /// Waits for every scheduled operation and, on a dist store, leaves the cluster: tells
+    /// the scheduler this worker is done and waits until every worker is (servers and the
+    /// scheduler then exit). Dropping the store does the same but can only log a failure.
+    pub fn close(&self) -> crate::Result<()> {
+        match &self.backend {
+            Backend::Local(_) => self.wait_all(),
+            Backend::Dist(s) => s.close(),
+        }
     }
 
     /// Waits for every scheduled operation (of every store in the process) to complete;
     /// returns the first error an operation raised since the last `wait_all`.
     pub fn wait_all(&self) -> crate::Result<()> {
         Engine::global().wait_all().map_err(Into::into)
+    }
+}
+
+/// Logs the keys whose row_sparse outputs a pull skipped (MXNet only logs at INFO level).
+fn warn_skipped(report: &PullReport) {
+    if !report.is_complete() {
+        tracing::warn!(keys = ?report.skipped_sparse, "pull skipped row_sparse outputs (ignore_sparse); use row_sparse_pull for them");
     }
 }
 

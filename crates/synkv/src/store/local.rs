@@ -31,6 +31,9 @@ use crate::ndarray::{sparse, Buffer, RowSparse, Storage};
 use crate::optimizer::{self, GradRef, WeightMut};
 use crate::{Context, NDArray, StorageType};
 
+/// Pulls of values at least this big into several outputs read the value once (fused copy).
+const FUSED_PULL_BYTES: usize = 16 << 20;
+
 /// Keys smaller than this many elements are batched into one engine operation.
 pub(crate) const BATCH_ELEMS: usize = 1 << 16;
 
@@ -219,16 +222,16 @@ impl LocalStore {
     /// Schedules a validated push.
     pub(crate) fn schedule_push(&self, prepared: PreparedPush, priority: Priority) {
         let PreparedPush { items, updater } = prepared;
-        if matches!(updater, Some(UpdateFn::Closure(_))) {
-            // One operation per key: a failing updater marks only its own key, and the other
-            // keys of the call are still updated. Updater calls are serialised anyway.
+        if updater.is_some() {
+            // One operation per key: a failing updater or optimizer marks only its own key, and
+            // the other keys of the call are still updated. Updates are serialised anyway.
             for item in items {
                 self.schedule_push_batch(vec![item], updater.clone(), priority);
             }
             return;
         }
         for batch in batches(items.into_iter(), |it| it.stored.size()) {
-            self.schedule_push_batch(batch, updater.clone(), priority);
+            self.schedule_push_batch(batch, None, priority);
         }
     }
 
@@ -358,7 +361,7 @@ impl LocalStore {
         }
         for (stored, out, ids) in items {
             Engine::global().push_taking_errors(op, &[stored.var().clone()], &[out.var().clone()], priority, move || {
-                let rows = sparse::gather_rows(&stored.storage(), stored.shape().row_len(), &ids, out.dtype());
+                let rows = sparse::gather_rows(&stored.storage(), stored.shape().rows(), stored.shape().row_len(), &ids, out.dtype());
                 *out.storage_mut() = Storage::RowSparse(rows);
                 Ok(())
             });
@@ -614,6 +617,21 @@ fn broadcast_to_outputs(item: &PullItem) {
             &dense_src
         }
     };
+    // Several dense outputs of the key's dtype: one pass over the stored value.
+    if item.outs.len() > 1 && src.len() * src.dtype().size_of() >= FUSED_PULL_BYTES {
+        let mut unique: SmallVec<[&NDArray; 4]> = SmallVec::new();
+        for o in &item.outs {
+            if !unique.iter().any(|u| u.is_same(o)) {
+                unique.push(o);
+            }
+        }
+        if unique.iter().all(|o| o.storage_type() == StorageType::Dense && o.dtype() == src.dtype()) {
+            let mut guards: SmallVec<[_; 4]> = unique.iter().map(|o| o.storage_mut()).collect();
+            let mut dsts: SmallVec<[&mut Buffer; 4]> = guards.iter_mut().filter_map(|g| g.dense_mut()).collect();
+            src.copy_into_many(&mut dsts);
+            return;
+        }
+    }
     for out in &item.outs {
         let mut o = out.storage_mut();
         match &mut *o {

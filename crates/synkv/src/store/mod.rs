@@ -3,8 +3,8 @@
 //! [`create`] parses a type name and builds the store. `local` and `device` (and MXNet's
 //! aliases `local_update_cpu`, `local_allreduce_cpu`, `local_allreduce_device`) are in-process
 //! stores that sum per-device values on the CPU; they differ only in what `device` will accept
-//! later (gradient compression). The distributed types are recognised by name and refused
-//! with a clear error until the distributed runtime lands.
+//! later (gradient compression). The distributed types (`dist_sync`, `dist_async`,
+//! `dist_device_sync`) are the worker side of a parameter-server cluster (`dist/`).
 //!
 //! Layout:
 //! - `key.rs` — [`Key`] (int or str) and [`Keys`], the one-or-many key argument;
@@ -12,6 +12,8 @@
 //!   and the flattening rules (spec K3.1);
 //! - `kind.rs` — [`StoreType`]: the accepted type names;
 //! - `local.rs` — the in-process backend: entries, validation and the engine operations;
+//! - `dist/` — the distributed backend (worker side): key registry, engine operations that
+//!   talk to the servers through `crate::dist::Worker`;
 //! - `kvstore.rs` — [`KVStore`], the public surface;
 //! - `error.rs` — [`Error`].
 //!
@@ -20,6 +22,7 @@
 #![deny(unsafe_code)]
 
 mod args;
+mod dist;
 mod error;
 mod key;
 mod kind;

@@ -182,6 +182,17 @@ impl Cluster {
         failure.map_or_else(|| Error::Shutdown("cluster closed".into()), |f| f.to_error())
     }
 
+    /// Like [`Cluster::failed`], but owning what it needs, so it can be spawned and outlive
+    /// the borrow of this handle.
+    pub fn failure_signal(&self) -> impl std::future::Future<Output = Error> + Send + 'static {
+        let shared = Arc::clone(&self.shared);
+        async move {
+            let mut status = shared.status.subscribe();
+            let failure = status.wait_for(|s| s.failure.is_some()).await.ok().and_then(|s| s.failure.clone());
+            failure.map_or_else(|| Error::Shutdown("cluster closed".into()), |f| f.to_error())
+        }
+    }
+
     async fn send(&self, msg: Message) -> Result<()> {
         let sent = tokio::time::timeout(self.config.timeout, self.outbox.send(msg.with_sender(self.me.id))).await;
         match sent {

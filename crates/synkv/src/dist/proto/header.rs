@@ -121,8 +121,11 @@ impl Flags {
     pub const ROW_SPARSE: Flags = Flags(0x2);
     /// The values are gradient-compressed (spec K7.10).
     pub const COMPRESSED: Flags = Flags(0x4);
+    /// A `Push` that initialises its keys (rank 0's `init`); the server refuses a key it
+    /// already holds.
+    pub const INIT: Flags = Flags(0x8);
     /// Every bit this version understands.
-    pub const KNOWN: Flags = Flags(0x7);
+    pub const KNOWN: Flags = Flags(0xF);
 
     /// The raw bits.
     pub const fn bits(self) -> u16 {
@@ -219,7 +222,7 @@ impl Header {
         if header.body_len > max_body {
             return Err(DecodeError::TooLarge { field: "body length", value: header.body_len, max: max_body });
         }
-        if header.body_len % 8 != 0 {
+        if !header.body_len.is_multiple_of(8) {
             return Err(DecodeError::InvalidField { field: "body length (not a multiple of 8)", value: header.body_len });
         }
         Ok(header)

@@ -206,7 +206,7 @@ impl Message {
         let mut chunk_sum: u64 = 0;
         for c in &self.chunks {
             let len = usize_u64(c.data.len());
-            if len % c.dtype.size() != 0 {
+            if !len.is_multiple_of(c.dtype.size()) {
                 return Err(EncodeError::LengthMismatch { field: "chunk length and dtype size" });
             }
             chunk_sum = chunk_sum.saturating_add(len);

@@ -27,7 +27,7 @@
 //! | 0      | magic        | [u8; 4] | `b"SKV1"`                                              |
 //! | 4      | version      | u16     | [`PROTOCOL_VERSION`] (1)                               |
 //! | 6      | command      | u16     | a [`Command`] code (table below)                       |
-//! | 8      | flags        | u16     | known [`Flags`] bits only (`0x0007`)                   |
+//! | 8      | flags        | u16     | known [`Flags`] bits only (`0x000F`)                   |
 //! | 10     | reserved     | u16     | 0                                                      |
 //! | 12     | sender       | u32     | any; 0 = not assigned yet (ids as spec K8.5)           |
 //! | 16     | request id   | u64     | any; a reply echoes its request's id                   |
@@ -75,6 +75,41 @@
 //! | 18   | `PushPull`         | worker → server      | as `Push`; the reply carries values                      |
 //! | 19   | `Reply`            | server → worker      | request id; keys/chunks for pulls                        |
 //! | 20   | `ServerCommand`    | worker → server      | head = command id (spec K8.13); chunk 0 = body (u8)      |
+//!
+//! `NodeDead` also travels server → worker: a server that stops because a node died tells its
+//! workers which one before it closes their connections.
+//!
+//! # Flags
+//! | bit    | name         | meaning                                                                 |
+//! |--------|--------------|-------------------------------------------------------------------------|
+//! | 0x0001 | `REQUEST`    | the sender waits for a `Reply` or `Error` with the same request id      |
+//! | 0x0002 | `ROW_SPARSE` | the values are rows: two chunks per key (row ids, then rows)            |
+//! | 0x0004 | `COMPRESSED` | gradient-compressed values (reserved; servers refuse them for now)      |
+//! | 0x0008 | `INIT`       | a `Push` that creates its keys; a key the server holds is refused       |
+//!
+//! # Data messages (worker ↔ server)
+//! Keys are ps keys ([`crate::dist::slicer`]: an int key as a `u32`, a str key as FNV-1a 64
+//! with the top bit set). A big key is split over the servers; each server sees only its
+//! slice, under the same ps key, and row ids relative to the slice's first row.
+//!
+//! | message                 | keys / key lengths                   | chunks per key                       | text |
+//! |-------------------------|--------------------------------------|--------------------------------------|------|
+//! | `Push`, `PushPull`      | keys; bytes of each key's chunks     | dense: the values (the key's dtype)  | —    |
+//! | … with `ROW_SPARSE`     | keys; bytes of ids + rows            | ids (`i64`, sorted, unique), rows     | —    |
+//! | … with `INIT`           | as above                             | as above (row_sparse: every row)     | JSON list of the keys' names |
+//! | `Pull`                  | keys; bytes expected per key         | none                                 | —    |
+//! | `Pull` + `ROW_SPARSE`   | keys; bytes of the ids               | the requested ids (`i64`)            | —    |
+//! | `Reply` to `Push`/init  | none                                 | none                                 | —    |
+//! | `Reply` to a pull       | the request's keys, in order         | as the request's values              | —    |
+//! | `Error`                 | —                                    | —                                    | why; names the key |
+//!
+//! # Server commands (`ServerCommand`, `head` = id, body in chunk 0)
+//! | id | [`ServerCmd`](crate::dist::ServerCmd) | body                        | reply                         |
+//! |---:|--------------------------|-----------------------------|-------------------------------|
+//! | 0  | `SetOptimizer`           | the optimizer's JSON        | empty; same optimizer again keeps the states |
+//! | 3  | `SyncMode`               | `sync` or `async`           | empty                         |
+//! | 6  | `GetOptimizerStates`     | empty                       | chunk 0 = the server's states (`optimizer::format`) |
+//! | 7  | `SetOptimizerStates`     | states (`optimizer::format`) | empty                        |
 
 mod control;
 mod decode;

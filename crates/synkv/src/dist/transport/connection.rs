@@ -25,6 +25,9 @@ type BoxStream = Box<dyn IoStream>;
 
 /// Smallest spare capacity kept for reads, so small frames arrive in few reads.
 const MIN_READ: usize = 8 * 1024;
+/// Frames at least this large leave their allocation for reuse by a later large frame, once
+/// the caller dropped them: a fresh multi-MiB allocation costs a page fault per page.
+const RECYCLE_MIN: usize = 1 << 20;
 /// Most slices handed to one vectored write (below every platform's IOV_MAX).
 const MAX_IOV: usize = 64;
 /// Source of chunk padding.
@@ -49,7 +52,7 @@ impl Connection {
         let (r, w) = tokio::io::split(boxed);
         let peer: Arc<str> = Arc::from(peer.into());
         Connection {
-            reader: FrameReader { io: r, buffer: BytesMut::with_capacity(MIN_READ), limits, peer: peer.clone() },
+            reader: FrameReader { io: r, buffer: BytesMut::with_capacity(MIN_READ), limits, peer: peer.clone(), recycle: None },
             writer: FrameWriter { io: w, limits, peer },
         }
     }
@@ -100,6 +103,9 @@ pub struct FrameReader {
     buffer: BytesMut,
     limits: Limits,
     peer: Arc<str>,
+    /// The last large frame (a cheap handle); its allocation is reused when we hold the only
+    /// handle left.
+    recycle: Option<Bytes>,
 }
 
 impl fmt::Debug for FrameReader {
@@ -136,6 +142,9 @@ impl FrameReader {
         let protocol = |e| Error::protocol(self.peer.to_string(), e);
         if let Some(len) = check(&self.buffer, &self.limits).map_err(protocol)? {
             let frame = self.buffer.split_to(len).freeze();
+            if len >= RECYCLE_MIN {
+                self.recycle = Some(frame.clone());
+            }
             return parse(frame, &self.limits).map(Some).map_err(protocol);
         }
         let want = if self.buffer.len() >= HEADER_LEN {
@@ -143,8 +152,24 @@ impl FrameReader {
         } else {
             HEADER_LEN
         };
+        if want >= RECYCLE_MIN && self.buffer.capacity() < want {
+            self.reuse_recycled(want);
+        }
         self.buffer.reserve(want.saturating_sub(self.buffer.len()).max(MIN_READ));
         Ok(None)
+    }
+
+    /// Moves the buffered bytes into the last large frame's allocation if nobody else holds
+    /// that frame any more and it is big enough.
+    fn reuse_recycled(&mut self, want: usize) {
+        let Some(old) = self.recycle.take() else { return };
+        if let Ok(mut spare) = old.try_into_mut() {
+            spare.clear();
+            if spare.capacity() >= want {
+                spare.extend_from_slice(&self.buffer);
+                self.buffer = spare;
+            }
+        }
     }
 }
 
@@ -251,6 +276,29 @@ mod tests {
         }
         writer.await.unwrap();
         assert!(rx.read_message().await.unwrap().is_none(), "clean EOF after the writer is dropped");
+    }
+
+    #[tokio::test]
+    async fn a_large_frame_reuses_the_last_large_frames_allocation_once_dropped() {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let mut tx = Connection::new(a, "a", Limits::default());
+        let mut rx = Connection::new(b, "b", Limits::default());
+        let writer = tokio::spawn(async move {
+            for _ in 0..3 {
+                tx.write_message(&big_message(1 << 19)).await.unwrap();
+            }
+        });
+        let first = rx.read_message().await.unwrap().unwrap();
+        let ptr = first.chunks[0].data.as_ptr();
+        drop(first);
+        let second = rx.read_message().await.unwrap().unwrap();
+        assert_eq!(second.chunks[0].data.as_ptr(), ptr, "the dropped frame's allocation is reused");
+        // Still held: the third frame needs a new allocation, and is intact.
+        let third = rx.read_message().await.unwrap().unwrap();
+        assert_ne!(third.chunks[0].data.as_ptr(), ptr);
+        assert_eq!(third, big_message(1 << 19));
+        assert_eq!(second, big_message(1 << 19));
+        writer.await.unwrap();
     }
 
     #[tokio::test]

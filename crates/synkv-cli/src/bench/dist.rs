@@ -1,0 +1,182 @@
+//! `synkv bench dist`: per-worker push + pull time on a distributed store. Run it under
+//! `synkv launch`, e.g. `synkv launch -n 2 -s 2 -- synkv bench dist --all --json`.
+//!
+//! Each iteration pushes `keys` f32 arrays of `size` elements (worker r pushes `r+1`) and pulls
+//! them back, then waits for completion; all workers run the same iterations, so in sync mode
+//! an iteration is one round on the servers. A barrier starts every case. GB/s counts the bytes
+//! this worker moves (keys × size × 4 × 2, push + pull) over the median time. `--all` runs
+//! the standard matrix — 1M, 16M, 100 × 10K elements, first with the default assign, then
+//! with SGD (momentum 0.9) on the servers (an optimizer, once set, stays for the job).
+
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use clap::Args;
+use serde::Serialize;
+use synkv::optimizer::{Optimizer, Sgd};
+use synkv::{create, KVStore, NDArray};
+
+use super::local::UpdaterKind;
+use super::stats::Stats;
+
+const SGD_MOMENTUM: f64 = 0.9;
+const SGD_LR: f64 = 0.1;
+
+/// Arguments of `synkv bench dist`.
+#[derive(Debug, Args)]
+pub(crate) struct DistArgs {
+    /// Elements per array.
+    #[arg(long, default_value_t = 1 << 20)]
+    size: usize,
+    /// Keys per call.
+    #[arg(long, default_value_t = 1)]
+    keys: usize,
+    /// What the servers do with the summed pushes.
+    #[arg(long, value_enum, default_value_t = UpdaterKind::Assign)]
+    updater: UpdaterKind,
+    /// Timed iterations.
+    #[arg(long, default_value_t = 20)]
+    iters: usize,
+    /// Untimed warm-up iterations.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Store type.
+    #[arg(long, default_value = "dist_sync")]
+    store: String,
+    /// Run the standard matrix (1M, 16M, 100 × 10K; assign, then SGD) instead of one case.
+    #[arg(long)]
+    all: bool,
+    /// Print one JSON object per case instead of a summary.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Record<'a> {
+    #[serde(rename = "impl")]
+    implementation: &'a str,
+    case: String,
+    store: &'a str,
+    rank: usize,
+    size: usize,
+    keys: usize,
+    workers: usize,
+    servers: usize,
+    updater: &'a str,
+    dtype: &'a str,
+    iters: usize,
+    median_ms: f64,
+    min_ms: f64,
+    max_ms: f64,
+    gbps: f64,
+}
+
+pub(crate) fn run(args: &DistArgs) -> Result<()> {
+    if args.keys == 0 || args.size == 0 || args.iters == 0 {
+        bail!("--size, --keys and --iters must be at least 1");
+    }
+    let kv = create(&args.store)?;
+    let cases: Vec<(usize, usize, UpdaterKind)> = if args.all {
+        let shapes = [(1 << 20, 1), (16 << 20, 1), (10_000, 100)];
+        [UpdaterKind::Assign, UpdaterKind::Sgd].into_iter().flat_map(|u| shapes.into_iter().map(move |(s, k)| (s, k, u))).collect()
+    } else {
+        vec![(args.size, args.keys, args.updater)]
+    };
+    let mut optimizer_set = false;
+    for (n, (size, keys, updater)) in cases.into_iter().enumerate() {
+        if updater == UpdaterKind::Sgd && !optimizer_set {
+            kv.set_optimizer(Optimizer::from(Sgd { momentum: SGD_MOMENTUM, ..Sgd::default() }).with_learning_rate(SGD_LR))?;
+            optimizer_set = true;
+        }
+        case(&kv, args, n, size, keys, updater)?;
+    }
+    kv.close()?;
+    Ok(())
+}
+
+fn case(kv: &KVStore, args: &DistArgs, n: usize, size: usize, nkeys: usize, updater: UpdaterKind) -> Result<()> {
+    let (rank, workers, servers) = (kv.rank(), kv.num_workers(), kv.num_servers());
+    // Fresh keys per case (an int key space per case).
+    let base = i32::try_from(n * 1000).unwrap_or(0);
+    let keys: Vec<i32> = (0..i32::try_from(nkeys).unwrap_or(i32::MAX)).map(|k| base + k).collect();
+    let init: Vec<NDArray> = keys.iter().map(|_| NDArray::zeros([size])).collect();
+    kv.init(&keys, &init)?;
+    drop(init);
+    let values: Vec<NDArray> = keys.iter().map(|_| NDArray::full([size], (rank + 1) as f64)).collect();
+    let outs: Vec<NDArray> = keys.iter().map(|_| NDArray::zeros([size])).collect();
+    kv.barrier()?;
+    let mut samples = Vec::with_capacity(args.iters);
+    for i in 0..args.warmup + args.iters {
+        let t = Instant::now();
+        kv.push(&keys, &values)?;
+        kv.pull(&keys, &outs)?;
+        for o in &outs {
+            o.wait_to_read()?;
+        }
+        if i >= args.warmup {
+            samples.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    verify(args, &outs, workers, updater)?;
+    let stats = Stats::of(&samples);
+    let bytes = (nkeys * size * 4 * 2) as f64;
+    let gbps = bytes / (stats.median_ms / 1e3) / 1e9;
+    let case = format!("dist size={size} keys={nkeys} workers={workers} servers={servers} updater={}", updater_name(updater));
+    if args.json {
+        let rec = Record {
+            implementation: "synkv",
+            case,
+            store: &args.store,
+            rank,
+            size,
+            keys: nkeys,
+            workers,
+            servers,
+            updater: updater_name(updater),
+            dtype: "f32",
+            iters: args.iters,
+            median_ms: stats.median_ms,
+            min_ms: stats.min_ms,
+            max_ms: stats.max_ms,
+            gbps,
+        };
+        println!("{}", serde_json::to_string(&rec)?);
+    } else {
+        println!(
+            "{case} (rank {rank}, {} iters): median {:.3} ms, min {:.3} ms, max {:.3} ms, {:.2} GB/s",
+            args.iters, stats.median_ms, stats.min_ms, stats.max_ms, gbps
+        );
+    }
+    Ok(())
+}
+
+fn updater_name(u: UpdaterKind) -> &'static str {
+    match u {
+        UpdaterKind::Assign => "assign",
+        UpdaterKind::Sgd => "sgd",
+    }
+}
+
+/// Checks the pulled values so the timing is of real work.
+fn verify(args: &DistArgs, outs: &[NDArray], workers: usize, updater: UpdaterKind) -> Result<()> {
+    let grad = (workers * (workers + 1) / 2) as f64;
+    let expected = match updater {
+        UpdaterKind::Assign => grad,
+        UpdaterKind::Sgd => {
+            let (mut w, mut m) = (0.0f64, 0.0f64);
+            for _ in 0..args.warmup + args.iters {
+                m = SGD_MOMENTUM * m - SGD_LR * grad;
+                w += m;
+            }
+            w
+        }
+    };
+    for (k, out) in outs.iter().enumerate() {
+        let v = out.to_vec::<f64>()?;
+        let probe = [0, v.len() / 2, v.len() - 1];
+        if let Some(&i) = probe.iter().find(|&&i| (v[i] - expected).abs() > 1e-3 * expected.abs().max(1.0)) {
+            bail!("wrong result for key {k}: element {i} is {} but should be {expected}", v[i]);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,55 @@
+//! `synkv selftest dist <case>` (hidden): worker programs for the multi-process tests.
+//!
+//! Each case is what one worker of a job runs (under `synkv launch`, or started by a test with
+//! the `DMLC_*` variables set). It creates a dist store, runs the scenario, checks every pulled
+//! value against the numbers MXNet's nightly tests expect, prints `selftest <case> ok (rank r)`
+//! and closes the store. A wrong value or an unexpected error is an error (exit status 1),
+//! with a message that says which key, which element, what was expected.
+
+mod cases;
+mod sparse;
+
+use anyhow::{bail, Result};
+use clap::{Args, Subcommand};
+use synkv::NDArray;
+
+/// The selftest subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum SelftestCommand {
+    /// A distributed scenario, run by every worker of a job.
+    Dist(DistArgs),
+}
+
+/// Arguments of `synkv selftest dist`.
+#[derive(Debug, Args)]
+pub(crate) struct DistArgs {
+    /// The scenario (see `cases.rs`).
+    case: String,
+    /// Store type to create.
+    #[arg(long, default_value = "dist_sync")]
+    store: String,
+    /// Repetitions of the push/pull rounds.
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// Seconds a looping case runs before giving up.
+    #[arg(long, default_value_t = 60.0)]
+    max_secs: f64,
+    /// Per-device values pushed per key (devices are reduced on the worker).
+    #[arg(long, default_value_t = 1)]
+    devices: usize,
+}
+
+pub(crate) fn run(cmd: SelftestCommand) -> Result<()> {
+    match cmd {
+        SelftestCommand::Dist(args) => cases::run(&args),
+    }
+}
+
+/// Checks that every element of `out` is within `tol` (relative) of `want`.
+pub(crate) fn expect_all(what: &str, out: &NDArray, want: f64, tol: f64) -> Result<()> {
+    let v = out.to_vec::<f64>()?;
+    if let Some((i, got)) = v.iter().enumerate().find(|(_, x)| (**x - want).abs() > tol * want.abs().max(1.0)) {
+        bail!("{what}: element {i} is {got}, expected {want} (all {} elements)", v.len());
+    }
+    Ok(())
+}

@@ -1,0 +1,43 @@
+//! `synkv demo --dist` and `synkv bench dist` end to end.
+
+use std::process::Command;
+
+use crate::util::{run_bounded, synkv};
+
+#[test]
+fn the_dist_demo_trains_with_a_falling_loss_and_exits_cleanly() {
+    let mut cmd = Command::new(synkv());
+    cmd.args(["demo", "--dist", "--epochs", "4"]);
+    let f = run_bounded("demo", cmd, &[]);
+    assert!(f.status.success(), "{}", f.output);
+    let losses: Vec<f64> = f
+        .output
+        .lines()
+        .filter_map(|l| l.split("mean loss ").nth(1))
+        .filter_map(|rest| rest.split(',').next())
+        .filter_map(|x| x.trim().parse().ok())
+        .collect();
+    assert_eq!(losses.len(), 4, "{}", f.output);
+    assert!(losses.windows(2).all(|w| w[1] < w[0]), "the loss must fall every epoch: {losses:?}");
+    assert!(f.output.contains("final: test accuracy"), "{}", f.output);
+    assert!(f.output.contains("every process exited cleanly"), "{}", f.output);
+}
+
+#[test]
+fn bench_dist_prints_one_json_record_per_worker_and_case() {
+    let exe = synkv();
+    let mut cmd = Command::new(&exe);
+    cmd.args(["launch", "-n", "2", "-s", "2", "--"]).arg(&exe);
+    cmd.args(["bench", "dist", "--size", "50000", "--keys", "2", "--iters", "3", "--warmup", "1", "--json"]);
+    let f = run_bounded("bench", cmd, &[]);
+    assert!(f.status.success(), "{}", f.output);
+    let records: Vec<serde_json::Value> =
+        f.output.lines().filter_map(|l| l.split_once("] ").map(|(_, r)| r)).filter_map(|r| serde_json::from_str(r).ok()).collect();
+    assert_eq!(records.len(), 2, "{}", f.output);
+    for r in &records {
+        for field in ["impl", "case", "size", "keys", "workers", "servers", "updater", "median_ms", "min_ms", "max_ms", "gbps"] {
+            assert!(r.get(field).is_some(), "missing {field} in {r}");
+        }
+        assert_eq!((r["workers"].as_u64(), r["servers"].as_u64(), r["keys"].as_u64()), (Some(2), Some(2), Some(2)));
+    }
+}

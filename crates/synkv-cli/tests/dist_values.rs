@@ -1,0 +1,108 @@
+//! The numbers of MXNet's nightly distributed tests (spec K11) on real processes.
+
+use crate::util::launch;
+
+fn ok(workers: u32, servers: u32, case: &[&str], env: &[(&str, &str)]) -> String {
+    let f = launch(workers, servers, &[], case, env);
+    assert!(f.status.success(), "{case:?} with {workers} workers and {servers} servers failed:\n{}", f.output);
+    for w in 0..workers {
+        let line = format!("[worker {w}] selftest {} ok", case[0]);
+        assert!(f.output.contains(&line), "missing {line:?}:\n{}", f.output);
+    }
+    f.output
+}
+
+/// T24 with the default assign: every round pulls `n(n+1)/2`; the 1200×1200 keys are split
+/// over both servers.
+#[test]
+fn t24_assign_two_workers_one_and_two_servers() {
+    ok(2, 1, &["t24"], &[]);
+    ok(2, 2, &["t24"], &[]);
+}
+
+#[test]
+fn init_takes_rank_zeros_value_and_pulls_right_away() {
+    ok(3, 2, &["init-rank0"], &[]);
+}
+
+#[test]
+fn refused_calls_are_clear_errors_and_change_nothing() {
+    let out = ok(2, 1, &["errors"], &[]);
+    assert!(out.contains("duplicate init of key a"), "{out}");
+    assert!(out.contains("key nobody has not been initialised"), "{out}");
+}
+
+/// T24 under the Test optimizer `w += 2·g`: `1 + 2·n(n+1)/2·(i+1)`, 1 and 2 servers.
+#[test]
+fn t24_test_optimizer_one_and_two_servers() {
+    ok(2, 1, &["t24-opt"], &[]);
+    ok(2, 2, &["t24-opt"], &[]);
+}
+
+/// T34: dist_device_sync with two devices per worker: `1 + 2·2·n(n+1)/2·(i+1)`.
+#[test]
+fn t34_device_sync_reduces_devices_on_the_worker() {
+    ok(2, 2, &["t24-opt", "--store", "dist_device_sync", "--devices", "2"], &[]);
+}
+
+/// Sync vs async: in async mode a worker's push is applied (and answered) before the other
+/// workers push; with no optimizer the pushed value is assigned.
+#[test]
+fn async_applies_each_push_on_arrival_with_and_without_an_optimizer() {
+    ok(3, 2, &["async-opt", "--store", "dist_async"], &[]);
+    ok(2, 1, &["async-assign", "--store", "dist_async"], &[]);
+}
+
+/// MXNet #8224: string keys initialised in different orders on different workers.
+#[test]
+fn string_keys_initialised_in_different_orders_meet_on_the_same_servers() {
+    ok(3, 2, &["str-order"], &[]);
+}
+
+#[test]
+fn multi_precision_keeps_an_f32_master_copy_on_the_servers() {
+    ok(2, 2, &["multi-precision"], &[]);
+}
+
+#[test]
+fn optimizer_states_are_saved_from_and_loaded_into_the_servers() {
+    ok(2, 2, &["states"], &[]);
+}
+
+/// A small bound splits even small keys over every server.
+#[test]
+fn t24_with_every_key_split_over_three_servers() {
+    ok(2, 3, &["t24-opt"], &[("MXNET_KVSTORE_BIGARRAY_BOUND", "4")]);
+}
+
+/// T25: row_sparse pushes of one row per worker; pulls of requested rows (f32 and f16).
+#[test]
+fn t25_row_sparse_push_and_pull_of_requested_rows() {
+    ok(2, 2, &["t25"], &[]);
+    ok(3, 1, &["t25"], &[]);
+}
+
+/// T26: empty row_sparse pushes change nothing; pulls of every row and of no row.
+#[test]
+fn t26_row_sparse_with_no_rows() {
+    ok(2, 2, &["t26"], &[]);
+}
+
+/// T27: a big row_sparse key split by rows over the servers.
+#[test]
+fn t27_big_row_sparse_key_split_by_rows() {
+    ok(2, 2, &["t27"], &[]);
+}
+
+/// T30: 100 small and 100 big keys (f32 and f16 halves) initialised in one call.
+#[test]
+fn t30_init_of_two_hundred_keys() {
+    ok(2, 2, &["t30"], &[]);
+}
+
+/// T35: broadcast, and in-place pushpull with no optimizer gives `n(n+1)` every repetition.
+#[test]
+fn t35_broadcast_and_in_place_pushpull() {
+    ok(2, 2, &["t35"], &[]);
+    ok(3, 1, &["t35", "--store", "dist_device_sync"], &[]);
+}

@@ -1,0 +1,48 @@
+//! `synkv launch`: environment, output prefixes, exit status, unsupported launchers.
+
+use std::process::Command;
+
+use crate::util::{run_bounded, synkv};
+
+#[test]
+fn a_clean_job_exits_zero_and_prefixes_every_line() {
+    let f = crate::util::launch(2, 1, &[], &["init-rank0"], &[]);
+    assert!(f.status.success(), "{}", f.output);
+    for w in 0..2 {
+        assert!(f.output.contains(&format!("[worker {w}] selftest init-rank0 ok (rank {w} of 2 workers, 1 servers)")), "{}", f.output);
+    }
+    assert!(f.output.contains("[launch] scheduler exited successfully"), "{}", f.output);
+    assert!(f.output.contains("[launch] server 0 exited successfully"), "{}", f.output);
+}
+
+#[test]
+fn workers_see_the_dmlc_variables() {
+    let exe = synkv();
+    let mut cmd = Command::new(&exe);
+    cmd.args(["launch", "-n", "2", "-s", "1", "--grace-secs", "1", "--", "sh", "-c"]);
+    // Not a store user: the scheduler and server wait for a rendezvous that never comes, so
+    // the job ends by the grace period once a worker fails.
+    cmd.arg("echo role=$DMLC_ROLE task=$DMLC_TASK_ID workers=$DMLC_NUM_WORKER servers=$DMLC_NUM_SERVER uri=$DMLC_PS_ROOT_URI; exit 3");
+    let f = run_bounded("launch", cmd, &[]);
+    assert_eq!(f.status.code(), Some(3), "{}", f.output);
+    assert!(f.output.contains("[worker 1] role=worker task=1 workers=2 servers=1 uri=127.0.0.1"), "{}", f.output);
+    assert!(f.output.contains("killing scheduler"), "stragglers are killed after the grace period:\n{}", f.output);
+}
+
+#[test]
+fn the_ssh_launcher_is_refused_clearly() {
+    let mut cmd = Command::new(synkv());
+    cmd.args(["launch", "-n", "1", "--launcher", "ssh", "-H", "hosts.txt", "--", "true"]);
+    let f = run_bounded("launch", cmd, &[]);
+    assert!(!f.status.success());
+    assert!(f.output.contains("ssh launcher") && f.output.contains("--launcher local"), "{}", f.output);
+}
+
+#[test]
+fn a_missing_worker_program_fails_the_job() {
+    let mut cmd = Command::new(synkv());
+    cmd.args(["launch", "-n", "1", "-s", "1", "--", "/nonexistent/program"]);
+    let f = run_bounded("launch", cmd, &[]);
+    assert_eq!(f.status.code(), Some(127), "{}", f.output);
+    assert!(f.output.contains("could not start worker 0"), "{}", f.output);
+}

@@ -1,0 +1,11 @@
+//! Integration tests of the `synkv` binary: one test target, one module per area (ripgrep's
+//! layout). Every multi-process test runs on 127.0.0.1 with ports from a bind to `:0` and is
+//! bounded by a deadline (`util::JOB_BOUND`).
+
+mod util;
+
+mod demo_bench;
+mod dist_values;
+mod failures;
+mod launch;
+mod security;

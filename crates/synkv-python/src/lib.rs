@@ -1,0 +1,50 @@
+//! # synkv-python — the `synkv` Python module
+//!
+//! Thin pyo3 bindings over [`synkv`]: each method converts its arguments, calls the core and
+//! converts the result; KVStore semantics live in the core. Python code imports `synkv`
+//! (`python/synkv/__init__.py`), which re-exports this private native module `synkv._native`
+//! and adds the pure-Python parts: `RowSparseNDArray`, and the optimizer / scheduler
+//! descriptions (`synkv.optimizer`, `synkv.lr_scheduler`) that `set_optimizer` sends to the
+//! core as JSON.
+//!
+//! Layout:
+//! - `store.rs` — `KVStore` (a `#[pyclass]` newtype over [`synkv::KVStore`]), `create`, and
+//!   closing the stores still alive at exit;
+//! - `args.rs` — keys and the one / list / list-of-lists shape of values and outputs;
+//! - `arrays.rs` — borrowing NumPy / DLPack / buffer arrays without copying (the only `unsafe`);
+//! - `updater.rs` — a Python callable as the store's updater, run on engine threads;
+//! - `errors.rs` — the exception classes and the one mapping from synkv errors to them.
+//!
+//! Every wait releases the GIL. No engine operation touches a caller's array after the call
+//! that borrowed it has returned.
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![deny(unsafe_op_in_unsafe_fn)]
+// The one exception is `arrays::Borrower::wrap`, which wraps a borrowed NumPy buffer.
+#![deny(unsafe_code)]
+
+mod args;
+mod arrays;
+mod errors;
+mod store;
+mod updater;
+
+use pyo3::prelude::*;
+
+/// Refuses further store calls and waits for every scheduled operation; registered with
+/// `atexit` so that no updater runs while the interpreter shuts down.
+#[pyfunction]
+fn _drain(py: Python<'_>) {
+    updater::close(py);
+}
+
+/// The native part of the `synkv` package.
+#[pymodule]
+#[pyo3(name = "_native")]
+fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<store::PyKVStore>()?;
+    m.add_function(wrap_pyfunction!(store::create, m)?)?;
+    m.add_function(wrap_pyfunction!(_drain, m)?)?;
+    errors::register(m)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

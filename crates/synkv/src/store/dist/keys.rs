@@ -1,0 +1,176 @@
+//! The worker's key registry: what each initialised key is (shape, dtype, storage), where it
+//! lives (its ps key and [`Slice`]s), and the engine var that orders its operations.
+//!
+//! Every worker calls `init` with the same keys (spec K2.4), so every worker can validate a
+//! push or pull locally: an uninitialised key, a re-init, a wrong shape or dtype is refused
+//! before anything is sent. Str keys map to ps keys by a stable hash (`dist::slicer`), so
+//! workers may initialise them in any order; two names with the same hash are refused.
+
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
+
+use crate::dist::slicer::{self, Slice};
+use crate::engine::Var;
+use crate::store::{Error, Key, KeyKind};
+use crate::{DType, NDArray, Shape, StorageType};
+
+/// One initialised key.
+#[derive(Debug)]
+pub(crate) struct KeyInfo {
+    pub(crate) key: Key,
+    pub(crate) ps: u64,
+    pub(crate) shape: Shape,
+    pub(crate) dtype: DType,
+    pub(crate) stype: StorageType,
+    /// Push writes it, pull reads it: a pull sees the latest push of this worker (K4.5).
+    pub(crate) var: Var,
+    /// Elements (dense) or rows (row_sparse) per server.
+    pub(crate) slices: Vec<Slice>,
+    /// The last communication buffer, reused by the next push once the network dropped it.
+    pub(crate) spare: parking_lot::Mutex<Option<bytes::Bytes>>,
+}
+
+impl KeyInfo {
+    /// Elements per slice unit: 1 for dense keys, the row length for row_sparse keys.
+    pub(crate) fn unit(&self) -> usize {
+        match self.stype {
+            StorageType::RowSparse => self.shape.row_len(),
+            _ => 1,
+        }
+    }
+
+    /// Whether the key is split over several servers.
+    pub(crate) fn is_big(&self) -> bool {
+        self.slices.len() > 1
+    }
+}
+
+/// A key of one call with the arrays given for it (values or outputs), in call order.
+pub(crate) struct Group<'a> {
+    pub(crate) info: Arc<KeyInfo>,
+    pub(crate) arrays: SmallVec<[&'a NDArray; 4]>,
+}
+
+/// Keys and the store's key kind.
+#[derive(Default)]
+pub(crate) struct Registry {
+    kind: Option<KeyKind>,
+    keys: FxHashMap<Key, Arc<KeyInfo>>,
+    by_ps: FxHashMap<u64, Key>,
+}
+
+/// The ps key of a user key.
+pub(crate) fn ps_key(key: &Key) -> u64 {
+    match key {
+        Key::Int(i) => slicer::int_key(*i),
+        Key::Str(s) => slicer::str_key(s),
+    }
+}
+
+impl Registry {
+    /// Checks that every key has the store's kind (or one kind, if none is fixed yet).
+    pub(crate) fn check_kinds<'k>(&self, op: &'static str, keys: impl Iterator<Item = &'k Key>) -> Result<Option<KeyKind>, Error> {
+        let mut kind = self.kind;
+        for key in keys {
+            match kind {
+                None => kind = Some(key.kind()),
+                Some(k) if k != key.kind() => return Err(Error::MixedKeyKinds { op, store: k, got: key.kind(), key: key.clone() }),
+                Some(_) => {}
+            }
+        }
+        Ok(kind)
+    }
+
+    /// Registers new keys after checking every one (all or nothing).
+    pub(crate) fn register(
+        &mut self,
+        pairs: &[(Key, &NDArray)],
+        servers: u32,
+        bound: u64,
+        store_type: &str,
+    ) -> Result<Vec<Arc<KeyInfo>>, Error> {
+        let kind = self.check_kinds("init", pairs.iter().map(|p| &p.0))?;
+        let mut infos = Vec::with_capacity(pairs.len());
+        for (i, (key, value)) in pairs.iter().enumerate() {
+            if self.keys.contains_key(key) || pairs[..i].iter().any(|(k, _)| k == key) {
+                return Err(Error::DuplicateInit { key: key.clone() });
+            }
+            if !matches!(value.dtype(), DType::F32 | DType::F64 | DType::F16 | DType::BF16) {
+                return Err(Error::Unsupported {
+                    op: "init",
+                    store_type: store_type.to_owned(),
+                    reason: format!("key {key} has {} values; distributed keys hold f32, f64, f16 or bf16", value.dtype()),
+                });
+            }
+            let ps = ps_key(key);
+            if let Some(other) = self.by_ps.get(&ps).or_else(|| infos.iter().find(|k: &&KeyInfo| k.ps == ps).map(|k| &k.key)) {
+                return Err(Error::Unsupported {
+                    op: "init",
+                    store_type: store_type.to_owned(),
+                    reason: format!("keys {other} and {key} hash to the same server key; rename one of them"),
+                });
+            }
+            let shape = value.shape().clone();
+            let stype = value.storage_type();
+            let (units, unit) = match stype {
+                StorageType::RowSparse => (shape.rows(), shape.row_len()),
+                _ => (shape.size(), 1),
+            };
+            let slices = slicer::slices(ps, units, unit, servers, bound);
+            infos.push(KeyInfo { key: key.clone(), ps, shape, dtype: value.dtype(), stype, var: Var::new(), slices, spare: Default::default() });
+        }
+        self.kind = kind;
+        let infos: Vec<Arc<KeyInfo>> = infos.into_iter().map(Arc::new).collect();
+        for info in &infos {
+            self.by_ps.insert(info.ps, info.key.clone());
+            self.keys.insert(info.key.clone(), Arc::clone(info));
+        }
+        Ok(infos)
+    }
+
+    /// Looks up every key of a call and groups repeated keys, in ascending key order (the
+    /// arrays of one key keep their call order). Fixes the key kind on the first call.
+    pub(crate) fn group<'a>(&mut self, op: &'static str, pairs: Vec<(Key, &'a NDArray)>) -> Result<Vec<Group<'a>>, Error> {
+        let kind = self.check_kinds(op, pairs.iter().map(|p| &p.0))?;
+        let mut found: Vec<(Arc<KeyInfo>, &'a NDArray)> = Vec::with_capacity(pairs.len());
+        for (key, arr) in pairs {
+            let info = self.keys.get(&key).ok_or_else(|| Error::NotInitialized { op, key: key.clone() })?;
+            found.push((Arc::clone(info), arr));
+        }
+        found.sort_by(|a, b| a.0.key.cmp(&b.0.key));
+        let mut groups: Vec<Group<'a>> = Vec::with_capacity(found.len());
+        for (info, arr) in found {
+            match groups.last_mut() {
+                Some(g) if g.info.key == info.key => g.arrays.push(arr),
+                _ => groups.push(Group { info, arrays: smallvec::smallvec![arr] }),
+            }
+        }
+        if self.kind.is_none() {
+            self.kind = kind;
+        }
+        Ok(groups)
+    }
+
+    /// The info of one key.
+    pub(crate) fn get(&self, op: &'static str, key: &Key) -> Result<Arc<KeyInfo>, Error> {
+        self.keys.get(key).cloned().ok_or_else(|| Error::NotInitialized { op, key: key.clone() })
+    }
+
+    /// Every registered key.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &Arc<KeyInfo>> {
+        self.keys.values()
+    }
+}
+
+/// Checks that `arr` has the key's shape (and, with `same_dtype`, its dtype).
+pub(crate) fn check_array(op: &'static str, info: &KeyInfo, arr: &NDArray, same_dtype: bool) -> Result<(), Error> {
+    if arr.shape() != &info.shape {
+        return Err(Error::ShapeMismatch { op, key: info.key.clone(), expected: info.shape.clone(), got: arr.shape().clone() });
+    }
+    if same_dtype && arr.dtype() != info.dtype {
+        return Err(Error::DTypeMismatch { op, key: info.key.clone(), expected: info.dtype, got: arr.dtype() });
+    }
+    Ok(())
+}
