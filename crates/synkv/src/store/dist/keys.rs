@@ -119,7 +119,16 @@ impl Registry {
                 _ => (shape.size(), 1),
             };
             let slices = slicer::slices(ps, units, unit, servers, bound);
-            infos.push(KeyInfo { key: key.clone(), ps, shape, dtype: value.dtype(), stype, var: Var::new(), slices, spare: Default::default() });
+            infos.push(KeyInfo {
+                key: key.clone(),
+                ps,
+                shape,
+                dtype: value.dtype(),
+                stype,
+                var: Var::new(),
+                slices,
+                spare: Default::default(),
+            });
         }
         self.kind = kind;
         let infos: Vec<Arc<KeyInfo>> = infos.into_iter().map(Arc::new).collect();
