@@ -170,6 +170,12 @@ run_one() {
         [[ "$impl" == mxnet ]] || rc=1   # an MXNet abort is a result (recorded), not a script failure
         return 0
     fi
+    if [[ -z "$json" ]]; then
+        echo "  ($label) round $round: $impl job exited 0 but printed no JSON record (not counted)" >&2
+        tail -5 "$out.$impl.stderr" | sed 's/^/    /' >&2
+        [[ "$impl" == torch ]] || rc=1
+        return 0
+    fi
     printf '  (%s) round %d/%d  %-5s worker medians: %s ms\n' "$label" "$round" "$ROUNDS" "$impl" \
         "$(printf '%s\n' "$json" | "$HOSTPY" -c 'import json,sys; print(" ".join("%.3f" % json.loads(l)["median_ms"] for l in sys.stdin))')" >&2
 }

@@ -1,6 +1,6 @@
 //! [`Error`]: the crate-wide error, wrapping each layer's own error type.
 
-use crate::{dist, engine, ndarray, optimizer, store};
+use crate::{compression, dist, engine, ndarray, optimizer, store};
 
 /// Any synkv error. Each layer has its own typed error; this enum wraps them so a caller can
 /// use `?` across layers and still match on the kind.
@@ -13,6 +13,9 @@ pub enum Error {
     /// A store error (keys, initialisation, unsupported operation).
     #[error(transparent)]
     Store(#[from] store::Error),
+    /// A gradient-compression error (parameters, buffer sizes).
+    #[error(transparent)]
+    Compression(#[from] compression::Error),
     /// An optimizer error (configuration, state file, dtype).
     #[error(transparent)]
     Optimizer(#[from] optimizer::Error),

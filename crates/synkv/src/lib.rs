@@ -30,6 +30,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod compression;
 pub mod dist;
 pub mod engine;
 mod error;

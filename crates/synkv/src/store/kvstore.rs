@@ -321,6 +321,38 @@ impl KVStore {
         }
     }
 
+    /// Turns on gradient compression (MXNet's `set_gradient_compression`), configured by
+    /// MXNet's string pairs: `type` (`"2bit"` or `"1bit"`, required) and `threshold` (default
+    /// 0.5; 2bit needs > 0). A `device` store then quantizes every pushed dense f32 value with
+    /// a residual per (key, source) and sums the dequantized values (spec K7.9). A `local`
+    /// store refuses, as in MXNet; the distributed stores do not support it yet.
+    pub fn set_gradient_compression<I, K, V>(&self, params: I) -> crate::Result<()>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let gc = crate::compression::GradientCompression::from_pairs(params)?;
+        match (&self.backend, self.kind) {
+            (Backend::Local(s), StoreType::Device) => {
+                s.set_compression(gc);
+                Ok(())
+            }
+            (Backend::Local(_), _) => Err(Error::Unsupported {
+                op: "set_gradient_compression",
+                store_type: self.name.clone(),
+                reason: "gradient compression is not supported for this type of kvstore; use a `device` store".into(),
+            }
+            .into()),
+            (Backend::Dist(_), _) => Err(Error::Unsupported {
+                op: "set_gradient_compression",
+                store_type: self.name.clone(),
+                reason: "compressed pushes to servers are not implemented yet; the distributed stores send uncompressed values".into(),
+            }
+            .into()),
+        }
+    }
+
     /// Installs an optimizer (MXNet's `set_optimizer`): every push then runs it on the merged
     /// gradient of each key. Replaces any updater; optimizer states start empty.
     pub fn set_optimizer(&self, optimizer: crate::optimizer::Optimizer) -> crate::Result<()> {

@@ -26,6 +26,7 @@ use smallvec::SmallVec;
 
 use super::kvstore::{PullReport, Updater};
 use super::{Error, Key, KeyKind};
+use crate::compression::{GradientCompression, Residuals};
 use crate::engine::{Engine, Priority, Var};
 use crate::ndarray::{sparse, Buffer, RowSparse, Storage};
 use crate::optimizer::{self, GradRef, WeightMut};
@@ -58,6 +59,14 @@ struct State {
     entries: FxHashMap<Key, Entry>,
     next_str_order: i64,
     updater: Option<UpdateFn>,
+    compression: Option<Arc<Compression>>,
+}
+
+/// Gradient compression of a `device` store (spec K7.9): its configuration and one residual
+/// per (key, position of the value in the push's list — the source device).
+pub(crate) struct Compression {
+    gc: GradientCompression,
+    residuals: Residuals<(Key, usize)>,
 }
 
 /// What a push runs on the merged value of a key, besides the default assign.
@@ -87,6 +96,7 @@ struct PushItem {
 pub(crate) struct PreparedPush {
     items: Vec<PushItem>,
     updater: Option<UpdateFn>,
+    compression: Option<Arc<Compression>>,
 }
 
 /// A validated pull, ready to schedule.
@@ -179,10 +189,11 @@ impl LocalStore {
 
     /// Validates a push; nothing is scheduled or changed yet.
     pub(crate) fn prepare_push(&self, op: &'static str, pairs: Vec<(Key, &NDArray)>) -> crate::Result<PreparedPush> {
-        let (groups, updater) = {
+        let (groups, updater, compression) = {
             let mut state = self.state.lock();
             let groups = Self::group(&state, op, pairs)?;
             let updater_kind = &state.updater;
+            let compressing = state.compression.is_some();
             for Group { key, stored, arrays, .. } in &groups {
                 for v in arrays {
                     if v.shape() != stored.shape() {
@@ -202,6 +213,18 @@ impl LocalStore {
                         }
                         .into());
                     }
+                    if compressing && (v.dtype() != crate::DType::F32 || v.storage_type() != StorageType::Dense) {
+                        return Err(Error::Unsupported {
+                            op,
+                            store_type: "device".into(),
+                            reason: format!(
+                                "gradient compression applies to dense float32 values only; key {key} got a {} {} value",
+                                v.storage_type(),
+                                v.dtype()
+                            ),
+                        }
+                        .into());
+                    }
                     if v.dtype() != stored.dtype() {
                         return Err(Error::DTypeMismatch { op, key: key.clone(), expected: stored.dtype(), got: v.dtype() }.into());
                     }
@@ -210,32 +233,38 @@ impl LocalStore {
             if let (Some(first), None) = (groups.first(), state.key_kind) {
                 state.key_kind = Some(first.key.kind());
             }
-            (groups, state.updater.clone())
+            (groups, state.updater.clone(), state.compression.clone())
         };
         let items = groups
             .into_iter()
             .map(|g| PushItem { key: g.key, stored: g.stored, inputs: g.arrays.into_iter().cloned().collect() })
             .collect();
-        Ok(PreparedPush { items, updater })
+        Ok(PreparedPush { items, updater, compression })
     }
 
     /// Schedules a validated push.
     pub(crate) fn schedule_push(&self, prepared: PreparedPush, priority: Priority) {
-        let PreparedPush { items, updater } = prepared;
+        let PreparedPush { items, updater, compression } = prepared;
         if updater.is_some() {
             // One operation per key: a failing updater or optimizer marks only its own key, and
             // the other keys of the call are still updated. Updates are serialised anyway.
             for item in items {
-                self.schedule_push_batch(vec![item], updater.clone(), priority);
+                self.schedule_push_batch(vec![item], updater.clone(), compression.clone(), priority);
             }
             return;
         }
         for batch in batches(items.into_iter(), |it| it.stored.size()) {
-            self.schedule_push_batch(batch, None, priority);
+            self.schedule_push_batch(batch, None, compression.clone(), priority);
         }
     }
 
-    fn schedule_push_batch(&self, items: Vec<PushItem>, updater: Option<UpdateFn>, priority: Priority) {
+    fn schedule_push_batch(
+        &self,
+        items: Vec<PushItem>,
+        updater: Option<UpdateFn>,
+        compression: Option<Arc<Compression>>,
+        priority: Priority,
+    ) {
         let reads: Vec<Var> = items.iter().flat_map(|it| it.inputs.iter().map(|a| a.var().clone())).collect();
         let mut writes: Vec<Var> = items.iter().map(|it| it.stored.var().clone()).collect();
         if updater.is_some() {
@@ -243,10 +272,11 @@ impl LocalStore {
         }
         Engine::global().push("push", &reads, &writes, priority, move || {
             for item in &items {
+                let comp = compression.as_deref();
                 match &updater {
-                    None => reduce_assign(item),
-                    Some(UpdateFn::Closure(f)) => apply_updater(f, item)?,
-                    Some(UpdateFn::Optimizer(o)) => apply_optimizer(o, item)?,
+                    None => reduce_assign(item, comp)?,
+                    Some(UpdateFn::Closure(f)) => apply_updater(f, item, comp)?,
+                    Some(UpdateFn::Optimizer(o)) => apply_optimizer(o, item, comp)?,
                 }
             }
             Ok(())
@@ -380,6 +410,13 @@ impl LocalStore {
         Ok(())
     }
 
+    /// Turns gradient compression on (a `device` store): every later push quantizes each
+    /// value with its residual, then dequantizes and sums. Pushes already scheduled run as
+    /// they were scheduled. Setting it again replaces the configuration and clears residuals.
+    pub(crate) fn set_compression(&self, gc: GradientCompression) {
+        self.state.lock().compression = Some(Arc::new(Compression { gc, residuals: Residuals::new() }));
+    }
+
     /// The installed optimizer's updater, once every scheduled update has run.
     fn settled_optimizer(&self, op: &'static str, store_type: &str) -> crate::Result<Arc<Mutex<optimizer::Updater>>> {
         let upd = match &self.state.lock().updater {
@@ -449,7 +486,46 @@ fn batches<T>(items: impl Iterator<Item = T>, size: impl Fn(&T) -> usize) -> Vec
 /// `stored = Σ inputs`, one pass, straight into the store's buffer. With row_sparse values
 /// the sum is by row union; a dense key then holds that sum densified (absent rows zero), a
 /// row_sparse key holds it as is.
-fn reduce_assign(item: &PushItem) {
+fn reduce_assign(item: &PushItem, comp: Option<&Compression>) -> crate::Result<()> {
+    if let Some(c) = comp {
+        let mut stored = item.stored.storage_mut();
+        if let Some(Buffer::F32(dst)) = stored.dense_mut() {
+            return compressed_reduce(item, c, dst);
+        }
+    }
+    reduce_plain(item);
+    Ok(())
+}
+
+/// One compressed source: its residual's id (key, position in the list) and its values.
+type Source<'a> = ((Key, usize), &'a [f32]);
+
+/// `merged = Σ dequantize(quantize(value_i, residual_i))` (spec K7.9), for dense f32 values.
+fn compressed_reduce(item: &PushItem, c: &Compression, merged: &mut [f32]) -> crate::Result<()> {
+    let guards: SmallVec<[_; 4]> = item.inputs.iter().map(|a| a.storage()).collect();
+    let mut sources: SmallVec<[Source<'_>; 4]> = SmallVec::new();
+    for (i, g) in guards.iter().enumerate() {
+        if let Some(Buffer::F32(v)) = g.dense() {
+            sources.push(((item.key.clone(), i), &v[..]));
+        }
+    }
+    let mut packed = Vec::new();
+    c.gc.reduce(&c.residuals, sources, merged, &mut packed)?;
+    Ok(())
+}
+
+/// The sum of a key's values, compressed or not, as a storage of the key's shape.
+fn merge_values(stored: &NDArray, item: &PushItem, comp: Option<&Compression>) -> crate::Result<Storage> {
+    if let Some(c) = comp {
+        let mut merged = vec![0.0f32; stored.size()];
+        compressed_reduce(item, c, &mut merged)?;
+        return Ok(Storage::Dense(Buffer::from_vec(merged)));
+    }
+    let guards: SmallVec<[_; 4]> = item.inputs.iter().map(|a| a.storage()).collect();
+    Ok(merge_any(stored, &guards))
+}
+
+fn reduce_plain(item: &PushItem) {
     if let [only] = item.inputs.as_slice() {
         let src = only.storage();
         let mut stored = item.stored.storage_mut();
@@ -493,12 +569,9 @@ fn merge_any(stored: &NDArray, guards: &[impl std::ops::Deref<Target = Storage>]
 
 /// `merged = Σ inputs`, then the user's updater on temporary arrays that own the data, so the
 /// updater's own (synchronous) array operations never wait on this operation's vars.
-fn apply_updater(f: &Updater, item: &PushItem) -> crate::Result<()> {
+fn apply_updater(f: &Updater, item: &PushItem, comp: Option<&Compression>) -> crate::Result<()> {
     let stored_arr = &item.stored;
-    let merged = {
-        let guards: Vec<_> = item.inputs.iter().map(|a| a.storage()).collect();
-        NDArray::from_storage(stored_arr.shape().clone(), stored_arr.context(), merge_any(stored_arr, &guards))
-    };
+    let merged = NDArray::from_storage(stored_arr.shape().clone(), stored_arr.context(), merge_values(stored_arr, item, comp)?);
     let original = std::mem::replace(&mut *stored_arr.storage_mut(), Storage::placeholder());
     let keep = NDArray::from_storage(stored_arr.shape().clone(), stored_arr.context(), original);
     let mut arg = keep.clone();
@@ -530,15 +603,15 @@ fn apply_updater(f: &Updater, item: &PushItem) -> crate::Result<()> {
 
 /// Runs the optimizer on the merged gradient. One device's dense gradient is read in place
 /// (no copy); several are summed first; a row_sparse gradient takes the sparse path.
-fn apply_optimizer(opt: &Mutex<optimizer::Updater>, item: &PushItem) -> crate::Result<()> {
+fn apply_optimizer(opt: &Mutex<optimizer::Updater>, item: &PushItem, comp: Option<&Compression>) -> crate::Result<()> {
     let key = item.key.to_string();
     let shape = item.stored.shape();
     let guards: SmallVec<[_; 4]> = item.inputs.iter().map(|a| a.storage()).collect();
     let merged;
-    let grad: &Storage = match guards.as_slice() {
-        [one] => one,
+    let grad: &Storage = match (guards.as_slice(), comp) {
+        ([one], None) => one,
         _ => {
-            merged = merge_any(&item.stored, &guards);
+            merged = merge_values(&item.stored, item, comp)?;
             &merged
         }
     };
