@@ -4,6 +4,7 @@
 //! `wait_all`), and checked for the right result after the timed iterations so the numbers
 //! are of real work.
 
+mod compression;
 mod dist;
 mod local;
 mod sparse;
@@ -21,6 +22,8 @@ pub(crate) enum BenchCommand {
     Sparse(sparse::SparseArgs),
     /// push + pull on a distributed store, per worker (run under `synkv launch`).
     Dist(dist::DistArgs),
+    /// 2-bit / 1-bit quantize and dequantize kernels against the memory bandwidth.
+    Compression(compression::CompressionArgs),
 }
 
 pub(crate) fn run(cmd: BenchCommand) -> Result<()> {
@@ -28,5 +31,6 @@ pub(crate) fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Local(args) => local::run(&args),
         BenchCommand::Sparse(args) => sparse::run(&args),
         BenchCommand::Dist(args) => dist::run(&args),
+        BenchCommand::Compression(args) => compression::run(&args),
     }
 }
