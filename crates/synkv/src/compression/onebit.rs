@@ -116,13 +116,11 @@ pub(crate) fn quantize_scalar(grad: &[f32], residual: &mut [f32], out: &mut [u32
     for ((g, r), o) in grad.chunks(FACTOR).zip(residual.chunks_mut(FACTOR)).zip(out.iter_mut()) {
         let mut word = 0u32;
         for (j, (&g, r)) in g.iter().zip(r.iter_mut()).enumerate() {
-            *r += g;
-            if *r > t {
-                *r -= 1.0;
-                word |= 1 << shift(j);
-            } else {
-                *r += 1.0;
-            }
+            let sum = *r + g;
+            // (written as selects, so the compiler need not branch on random data)
+            let (bit, left) = if sum > t { (1, sum - 1.0) } else { (0, sum + 1.0) };
+            *r = left;
+            word |= bit << shift(j);
         }
         *o = word;
     }
@@ -131,12 +129,23 @@ pub(crate) fn quantize_scalar(grad: &[f32], residual: &mut [f32], out: &mut [u32
 /// The reference dequantize (`ADD`: `out += value`, else `out = value`) of the elements
 /// `first..first + out.len()`.
 pub(crate) fn dequantize_scalar<const ADD: bool>(packed: &[u32], out: &mut [f32], first: usize) {
-    for (e, o) in (first..).zip(out.iter_mut()) {
-        let v = if (packed[e / FACTOR] >> shift(e % FACTOR)) & 1 == 1 { 1.0 } else { -1.0 };
+    let put = |o: &mut f32, word: u32, j: usize| {
+        let v = if (word >> shift(j)) & 1 == 1 { 1.0 } else { -1.0 };
         if ADD {
             *o += v;
         } else {
             *o = v;
+        }
+    };
+    // elements up to the next word boundary, then word by word
+    let head = ((FACTOR - first % FACTOR) % FACTOR).min(out.len());
+    let (head_out, rest) = out.split_at_mut(head);
+    for (e, o) in (first..).zip(head_out) {
+        put(o, packed[e / FACTOR], e % FACTOR);
+    }
+    for (&word, chunk) in packed[(first + head) / FACTOR..].iter().zip(rest.chunks_mut(FACTOR)) {
+        for (j, o) in chunk.iter_mut().enumerate() {
+            put(o, word, j);
         }
     }
 }

@@ -117,16 +117,16 @@ pub(crate) fn quantize_scalar(grad: &[f32], residual: &mut [f32], out: &mut [u32
     for ((g, r), o) in grad.chunks(FACTOR).zip(residual.chunks_mut(FACTOR)).zip(out.iter_mut()) {
         let mut word = 0u32;
         for (j, (&g, r)) in g.iter().zip(r.iter_mut()).enumerate() {
-            *r += g;
-            let code = if *r >= t {
-                *r -= t;
-                0b11
-            } else if *r <= -t {
-                *r += t;
-                0b10
+            let sum = *r + g;
+            // (written as selects, so the compiler need not branch on random data)
+            let (code, left) = if sum >= t {
+                (0b11, sum - t)
+            } else if sum <= -t {
+                (0b10, sum + t)
             } else {
-                0b00
+                (0b00, sum)
             };
+            *r = left;
             word |= code << shift(j);
         }
         *o = word;
@@ -138,12 +138,23 @@ pub(crate) fn quantize_scalar(grad: &[f32], residual: &mut [f32], out: &mut [u32
 pub(crate) fn dequantize_scalar<const ADD: bool>(packed: &[u32], out: &mut [f32], first: usize, t: f32) {
     // indexed by the code: `00` and `01` → 0, `10` → −t, `11` → +t
     let value = [0.0, 0.0, -t, t];
-    for (e, o) in (first..).zip(out.iter_mut()) {
-        let v = value[((packed[e / FACTOR] >> shift(e % FACTOR)) & 0b11) as usize];
+    let put = |o: &mut f32, word: u32, j: usize| {
+        let v = value[((word >> shift(j)) & 0b11) as usize];
         if ADD {
             *o += v;
         } else {
             *o = v;
+        }
+    };
+    // elements up to the next word boundary, then word by word
+    let head = ((FACTOR - first % FACTOR) % FACTOR).min(out.len());
+    let (head_out, rest) = out.split_at_mut(head);
+    for (e, o) in (first..).zip(head_out) {
+        put(o, packed[e / FACTOR], e % FACTOR);
+    }
+    for (&word, chunk) in packed[(first + head) / FACTOR..].iter().zip(rest.chunks_mut(FACTOR)) {
+        for (j, o) in chunk.iter_mut().enumerate() {
+            put(o, word, j);
         }
     }
 }
