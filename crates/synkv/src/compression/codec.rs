@@ -98,7 +98,7 @@ pub fn words_to_bytes(words: &[u32]) -> Vec<u8> {
 /// # Errors
 /// [`Error::RaggedBytes`] if the length is not a multiple of 4.
 pub fn words_from_bytes(bytes: &[u8]) -> Result<Vec<u32>> {
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return Err(Error::RaggedBytes(bytes.len()));
     }
     Ok(bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())

@@ -70,9 +70,6 @@ pub mod onebit;
 mod parallel;
 mod params;
 mod residual;
-// The AVX-512 intrinsics need Rust 1.89 (as in `kernels`): tell Clippy until the workspace's
-// MSRV is raised.
-#[clippy::msrv = "1.89"]
 mod simd;
 #[cfg(test)]
 mod tests;
