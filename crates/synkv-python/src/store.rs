@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use pyo3::exceptions::{PyTypeError, PyUserWarning, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyString;
+use pyo3::types::{PyDict, PyString};
 use synkv::engine::Priority;
 use synkv::store::PullOptions;
 use synkv::NDArray;
@@ -299,6 +299,18 @@ impl PyKVStore {
         };
         let opt = synkv::optimizer::Optimizer::from_json(&json).map_err(|e| to_pyerr(e.into()))?;
         py.detach(|| self.kv().set_optimizer(opt)).map_err(to_pyerr)
+    }
+
+    /// Turns on gradient compression (MXNet's `set_gradient_compression`): a dict such as
+    /// `{"type": "2bit", "threshold": 0.5}`; values are converted with `str()` as MXNet does.
+    /// A `device` store then quantizes every push; `local` stores refuse, as in MXNet.
+    fn set_gradient_compression(&self, py: Python<'_>, compression_params: &Bound<'_, PyDict>) -> PyResult<()> {
+        check_not_inside("set_gradient_compression")?;
+        let mut pairs: Vec<(String, String)> = Vec::with_capacity(compression_params.len());
+        for (k, v) in compression_params.iter() {
+            pairs.push((k.str()?.to_cow()?.into_owned(), v.str()?.to_cow()?.into_owned()));
+        }
+        py.detach(|| self.kv().set_gradient_compression(pairs)).map_err(to_pyerr)
     }
 
     /// Saves the optimizer's states to `fname` once every scheduled update has run. The file

@@ -86,6 +86,7 @@ class KVStore:
         """Installs ``updater(key, input, stored)``; ``None`` restores assign."""
     def _set_updater(self, updater: Optional[Updater]) -> None:
         """MXNet's name for :meth:`set_updater`."""
+    def set_gradient_compression(self, compression_params: "dict[str, Any]") -> None: ...
     def set_optimizer(self, optimizer: Union[_SupportsToJson, str]) -> None:
         """Installs an optimizer (a :mod:`synkv.optimizer` object, or its JSON): every push
         then runs it on the summed gradient of each key; states start empty."""

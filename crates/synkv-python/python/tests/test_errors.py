@@ -140,3 +140,18 @@ def test_updater_arguments():
     assert_all(seen["recv"], 3)
     assert_all(seen["stored"], 2)
     assert_all(out, 6)
+
+
+def test_gradient_compression_on_device_and_refused_on_local():
+    # K7.1 / K7.9: a device store quantizes even one device's push (2bit, t=0.5)
+    kv = synkv.create("device")
+    kv.set_gradient_compression({"type": "2bit", "threshold": 0.5})
+    kv.init(1, np.zeros(8, dtype=np.float32))
+    kv.push(1, np.array([0.6, -0.7, 0.2, 0.5, -0.5, 0.0, 1.2, -0.49], dtype=np.float32))
+    out = np.zeros(8, dtype=np.float32)
+    kv.pull(1, out=out)
+    assert out.tolist() == [0.5, -0.5, 0.0, 0.5, -0.5, 0.0, 0.5, 0.0]
+    with pytest.raises(synkv.KVStoreError, match="not supported for this type of kvstore"):
+        synkv.create("local").set_gradient_compression({"type": "2bit"})
+    with pytest.raises(synkv.KVStoreError, match="threshold must be greater than 0"):
+        synkv.create("device").set_gradient_compression({"type": "2bit", "threshold": 0})
