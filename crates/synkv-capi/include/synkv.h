@@ -209,6 +209,20 @@ int synkv_array_row_sparse_set(SynkvArray *array,
                                const void *data,
                                uint64_t nbytes);
 
+// Turns on gradient compression with MXNet's string parameters, e.g. `{"type", "threshold"}`
+// = `{"2bit", "0.5"}`. A `device` store then quantizes every pushed dense float32 value with a
+// residual per (key, source) and sums the dequantized values; a `local` store refuses (as
+// MXNet's Python and Perl front-ends do); the distributed stores refuse until compressed
+// pushes reach the servers.
+//
+// # Safety
+// `kv` is a live store handle; `keys` and `vals` each hold `nparams` NUL-terminated strings
+// (both may be NULL when `nparams` is 0).
+int synkv_kv_set_gradient_compression(SynkvKV *kv,
+                                      uint32_t nparams,
+                                      const char *const *keys,
+                                      const char *const *vals);
+
 // The message of the last failed call on this thread, or `""`. The pointer stays valid until
 // the next failing call (or [`synkv_set_last_error`]) on the same thread. Never NULL.
 //

@@ -53,6 +53,7 @@
 mod args;
 mod array;
 mod array_api;
+mod compression;
 mod error;
 mod ops;
 mod ops_api;
@@ -66,6 +67,7 @@ pub use array::{
     SYNKV_STYPE_ROW_SPARSE,
 };
 pub use array_api::*;
+pub use compression::*;
 pub use error::{
     synkv_get_last_error, synkv_set_last_error, SYNKV_ERR_ARGUMENT, SYNKV_ERR_ARRAY, SYNKV_ERR_ENGINE, SYNKV_ERR_NULL, SYNKV_ERR_OPTIMIZER,
     SYNKV_ERR_OTHER, SYNKV_ERR_PANIC, SYNKV_ERR_STORE, SYNKV_OK,

@@ -274,6 +274,23 @@ sub set_optimizer {
     return;
 }
 
+=item set_gradient_compression(\%params)
+
+Turns on gradient compression with MXNet's parameters, e.g.
+C<< set_gradient_compression({type => '2bit', threshold => 0.5}) >>. As in AI::MXNet, a store
+whose type is not a C<device> (or dist) type refuses; a C<device> store quantizes every push.
+
+=cut
+
+sub set_gradient_compression {
+    my ($self, $params) = @_;
+    croak('set_gradient_compression takes a hash reference, e.g. {type => "2bit", threshold => 0.5}') unless ref $params eq 'HASH';
+    my @names = sort keys %$params;
+    my @values = map { "$_" } @{$params}{@names};
+    _call('kv_set_gradient_compression', $self->{handle}, scalar @names, \@names, \@values);
+    return;
+}
+
 =item save_optimizer_states($fname), load_optimizer_states($fname)
 
 Saves the installed optimizer's states (with its description) to a file, or loads them.

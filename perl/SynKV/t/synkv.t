@@ -167,4 +167,19 @@ subtest 'errors croak with synkv messages' => sub {
     ok(all($out == 0), 'the key kept its last good value');
 };
 
+subtest 'gradient compression' => sub {
+    # K7.1: a local store refuses; a device store quantizes even one push (2bit, t = 0.5)
+    eval { SynKV->create('local')->set_gradient_compression({type => '2bit'}) };
+    like($@, qr/not supported for this type of kvstore/, 'local refuses');
+    my $kv = SynKV->create('device');
+    eval { $kv->set_gradient_compression({type => '2bit', threshold => 0}) };
+    like($@, qr/greater than 0/, '2bit threshold must be > 0');
+    $kv->set_gradient_compression({type => '2bit', threshold => 0.5});
+    $kv->init(1, zeros(float, 8));
+    $kv->push(1, pdl(float, [0.6, -0.7, 0.2, 0.5, -0.5, 0.0, 1.2, -0.49]));
+    my $out = zeros(float, 8);
+    $kv->pull(1, out => $out);
+    ok(all($out == pdl(float, [0.5, -0.5, 0, 0.5, -0.5, 0, 0.5, 0])), 'K7.6 dequantized values');
+};
+
 done_testing();

@@ -72,6 +72,7 @@ my %functions = (
     synkv_kv_set_updater          => [['opaque', 'synkv_updater', 'synkv_str_updater', 'opaque', 'sint32'] => 'sint32'],
     synkv_kv_clear_updater        => [['opaque'] => 'sint32'],
     synkv_kv_set_optimizer        => [['opaque', 'string', 'uint32', 'string[]', 'string[]'] => 'sint32'],
+    synkv_kv_set_gradient_compression => [['opaque', 'uint32', 'string[]', 'string[]'] => 'sint32'],
     synkv_kv_set_optimizer_json   => [['opaque', 'string'] => 'sint32'],
     synkv_kv_save_optimizer_states => [['opaque', 'string'] => 'sint32'],
     synkv_kv_load_optimizer_states => [['opaque', 'string'] => 'sint32'],
