@@ -36,7 +36,7 @@ use crate::{Context, NDArray, StorageType};
 const FUSED_PULL_BYTES: usize = 16 << 20;
 
 /// Keys smaller than this many elements are batched into one engine operation.
-pub(crate) const BATCH_ELEMS: usize = 1 << 16;
+pub(crate) const BATCH_ELEMS: usize = 1 << 18;
 
 #[derive(Clone)]
 struct Entry {
