@@ -95,7 +95,8 @@ impl NDArray {
         };
         let mut lhs = self.storage_mut();
         if let (Storage::Dense(d), Storage::Dense(s)) = (&mut *lhs, rhs) {
-            with_buffer_pair!(d, s, (d, s) => zip_in_place(d, s, op), else => unreachable_dtype());
+            with_buffer_pair!(d, s, (d, s) => zip_in_place(d, s, op), else => ());
+            // check_pair rejected differing dtypes
         }
         Ok(())
     }
@@ -165,7 +166,8 @@ impl NDArray {
         let src = x.storage();
         let mut dst = self.storage_mut();
         if let (Storage::Dense(d), Storage::Dense(s)) = (&mut *dst, &*src) {
-            with_buffer_pair!(d, s, (d, s) => kernels::axpy(d, a, s), else => unreachable_dtype());
+            with_buffer_pair!(d, s, (d, s) => kernels::axpy(d, a, s), else => ());
+            // check_pair rejected differing dtypes
         }
         Ok(())
     }
@@ -181,9 +183,6 @@ impl NDArray {
         Ok(())
     }
 }
-
-// check_pair already rejected differing dtypes; this arm is never taken.
-fn unreachable_dtype() {}
 
 macro_rules! impl_ops {
     ($trait:ident, $method:ident, $op:expr) => {
