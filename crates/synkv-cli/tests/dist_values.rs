@@ -106,3 +106,25 @@ fn t35_broadcast_and_in_place_pushpull() {
     ok(2, 2, &["t35"], &[]);
     ok(3, 1, &["t35", "--store", "dist_device_sync"], &[]);
 }
+
+/// T28: 2-bit compression (threshold 0.5) under the Test optimizer: pull before push, zeros,
+/// the residual sequence 0.4/0.1/0.2/0.3 → 0, 2n·t, 2n·t, 4n·t, ±ones·t, random gradients;
+/// the 1211² and 1200² keys split over two servers in units of packed words (K7.11).
+#[test]
+fn t28_two_bit_compression() {
+    ok(2, 2, &["t28"], &[]);
+}
+
+/// T29: 1-bit compression (threshold 0): ones, −ones, the residual sequence 2/0/−2, random.
+#[test]
+fn t29_one_bit_compression() {
+    ok(2, 2, &["t29"], &[]);
+}
+
+/// Compression turned on after init keeps working (keys keep their split), compressed
+/// pushpull works, and a non-f32 push on a compressing store is a clear error.
+#[test]
+fn compression_after_init_and_compressed_pushpull() {
+    ok(2, 2, &["compress-after-init"], &[]);
+    ok(3, 1, &["compress-after-init", "--store", "dist_async"], &[]);
+}

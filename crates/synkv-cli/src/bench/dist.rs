@@ -7,6 +7,11 @@
 //! this worker moves (keys × size × 4 × 2, push + pull) over the median time. `--all` runs
 //! the standard matrix — 1M, 16M, 100 × 10K elements, first with the default assign, then
 //! with SGD (momentum 0.9) on the servers (an optimizer, once set, stays for the job).
+//!
+//! `--compression 2bit|1bit` runs every case twice in the same job: first uncompressed, then
+//! (after `set_gradient_compression`, on fresh keys) with compressed pushes, and prints the
+//! ratio compressed / uncompressed per case. Pushes of `r+1` are above the threshold, so each
+//! worker's quantized push is `t` (2-bit) or 1 (1-bit) everywhere, which `verify` checks.
 
 use std::time::Instant;
 
@@ -49,6 +54,12 @@ pub(crate) struct DistArgs {
     /// Print one JSON object per case instead of a summary.
     #[arg(long)]
     json: bool,
+    /// Also run every case with this gradient compression and report the ratio.
+    #[arg(long, value_parser = ["2bit", "1bit"])]
+    compression: Option<String>,
+    /// The compression threshold.
+    #[arg(long, default_value_t = 0.5)]
+    threshold: f64,
 }
 
 #[derive(Serialize)]
@@ -63,6 +74,7 @@ struct Record<'a> {
     workers: usize,
     servers: usize,
     updater: &'a str,
+    compression: &'a str,
     dtype: &'a str,
     iters: usize,
     median_ms: f64,
@@ -82,19 +94,59 @@ pub(crate) fn run(args: &DistArgs) -> Result<()> {
     } else {
         vec![(args.size, args.keys, args.updater)]
     };
+    // The optimizer and the compression cannot be turned off again: assign cases run before
+    // SGD ones, and each updater's uncompressed cases before its compressed ones (so with
+    // `--all --compression`, the SGD cases run compressed only).
     let mut optimizer_set = false;
-    for (n, (size, keys, updater)) in cases.into_iter().enumerate() {
+    let mut compressing = false;
+    let mut n = 0;
+    for updater in [UpdaterKind::Assign, UpdaterKind::Sgd] {
+        let mine: Vec<(usize, usize)> = cases.iter().filter(|c| c.2 == updater).map(|c| (c.0, c.1)).collect();
+        if mine.is_empty() {
+            continue;
+        }
         if updater == UpdaterKind::Sgd && !optimizer_set {
             kv.set_optimizer(Optimizer::from(Sgd { momentum: SGD_MOMENTUM, ..Sgd::default() }).with_learning_rate(SGD_LR))?;
             optimizer_set = true;
         }
-        case(&kv, args, n, size, keys, updater)?;
+        let mut plain = Vec::new();
+        if !compressing {
+            for &(size, keys) in &mine {
+                plain.push(case(&kv, args, n, size, keys, updater, None)?);
+                n += 1;
+            }
+        }
+        if let Some(kind) = &args.compression {
+            kv.set_gradient_compression([("type", kind.clone()), ("threshold", args.threshold.to_string())])?;
+            compressing = true;
+            for (i, &(size, keys)) in mine.iter().enumerate() {
+                let t = case(&kv, args, n, size, keys, updater, Some(kind))?;
+                n += 1;
+                if let Some(base) = plain.get(i) {
+                    println!(
+                        "ratio {kind}/uncompressed size={size} keys={keys} updater={} (rank {}): {:.3} ({t:.3} ms / {base:.3} ms)",
+                        updater_name(updater),
+                        kv.rank(),
+                        t / base
+                    );
+                }
+            }
+        }
     }
     kv.close()?;
     Ok(())
 }
 
-fn case(kv: &KVStore, args: &DistArgs, n: usize, size: usize, nkeys: usize, updater: UpdaterKind) -> Result<()> {
+/// Runs one case; returns its median time in ms.
+fn case(
+    kv: &KVStore,
+    args: &DistArgs,
+    n: usize,
+    size: usize,
+    nkeys: usize,
+    updater: UpdaterKind,
+    compression: Option<&str>,
+) -> Result<f64> {
     let (rank, workers, servers) = (kv.rank(), kv.num_workers(), kv.num_servers());
     // Fresh keys per case (an int key space per case).
     let base = i32::try_from(n * 1000).unwrap_or(0);
@@ -117,11 +169,15 @@ fn case(kv: &KVStore, args: &DistArgs, n: usize, size: usize, nkeys: usize, upda
             samples.push(t.elapsed().as_secs_f64() * 1e3);
         }
     }
-    verify(args, &outs, workers, updater)?;
+    verify(args, &outs, workers, updater, compression)?;
     let stats = Stats::of(&samples);
     let bytes = (nkeys * size * 4 * 2) as f64;
     let gbps = bytes / (stats.median_ms / 1e3) / 1e9;
-    let case = format!("dist size={size} keys={nkeys} workers={workers} servers={servers} updater={}", updater_name(updater));
+    let compression_name = compression.unwrap_or("none");
+    let case = format!(
+        "dist size={size} keys={nkeys} workers={workers} servers={servers} updater={} compression={compression_name}",
+        updater_name(updater)
+    );
     if args.json {
         let rec = Record {
             implementation: "synkv",
@@ -133,6 +189,7 @@ fn case(kv: &KVStore, args: &DistArgs, n: usize, size: usize, nkeys: usize, upda
             workers,
             servers,
             updater: updater_name(updater),
+            compression: compression_name,
             dtype: "f32",
             iters: args.iters,
             median_ms: stats.median_ms,
@@ -147,7 +204,7 @@ fn case(kv: &KVStore, args: &DistArgs, n: usize, size: usize, nkeys: usize, upda
             args.iters, stats.median_ms, stats.min_ms, stats.max_ms, gbps
         );
     }
-    Ok(())
+    Ok(stats.median_ms)
 }
 
 fn updater_name(u: UpdaterKind) -> &'static str {
@@ -158,8 +215,13 @@ fn updater_name(u: UpdaterKind) -> &'static str {
 }
 
 /// Checks the pulled values so the timing is of real work.
-fn verify(args: &DistArgs, outs: &[NDArray], workers: usize, updater: UpdaterKind) -> Result<()> {
-    let grad = (workers * (workers + 1) / 2) as f64;
+fn verify(args: &DistArgs, outs: &[NDArray], workers: usize, updater: UpdaterKind, compression: Option<&str>) -> Result<()> {
+    // Every pushed value (r+1 ≥ 1) is above the threshold: a 2-bit push is `t`, a 1-bit one 1.
+    let grad = match compression {
+        None => (workers * (workers + 1) / 2) as f64,
+        Some("1bit") => workers as f64,
+        Some(_) => workers as f64 * f64::from(args.threshold as f32),
+    };
     let expected = match updater {
         UpdaterKind::Assign => grad,
         UpdaterKind::Sgd => {

@@ -7,6 +7,7 @@
 //! with a message that says which key, which element, what was expected.
 
 mod cases;
+mod compression;
 mod sparse;
 
 use anyhow::{bail, Result};

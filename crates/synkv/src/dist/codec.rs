@@ -153,6 +153,46 @@ pub fn buffer_into_bytes(buf: Buffer) -> Bytes {
     Bytes::from_owner(Owned(buf))
 }
 
+/// A buffer shared with the network (for [`Bytes::from_owner`]).
+struct Shared(std::sync::Arc<Buffer>);
+
+impl AsRef<[u8]> for Shared {
+    fn as_ref(&self) -> &[u8] {
+        buffer_bytes(&self.0)
+    }
+}
+
+/// A shared buffer's elements as chunk bytes without copying: the `Bytes` holds a handle, so
+/// the owner can tell (by the handle count) when no message uses the buffer any more.
+pub fn shared_buffer_bytes(buf: std::sync::Arc<Buffer>) -> Bytes {
+    Bytes::from_owner(Shared(buf))
+}
+
+/// Packed compression words shared with the network (for [`Bytes::from_owner`]).
+struct Words(std::sync::Arc<Vec<u32>>);
+
+impl AsRef<[u8]> for Words {
+    fn as_ref(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
+    }
+}
+
+/// Packed gradient-compression words as chunk bytes without copying. The caller may keep a
+/// clone of the `Arc` and reuse the allocation once [`Arc::get_mut`] succeeds (every `Bytes`
+/// view dropped).
+pub fn words_into_bytes(words: std::sync::Arc<Vec<u32>>) -> Bytes {
+    Bytes::from_owner(Words(words))
+}
+
+/// The packed words of a compressed chunk (`U32`, little-endian): in place when aligned, else
+/// copied.
+pub fn words_of(chunk: &Chunk) -> Result<Cow<'_, [u32]>, CodecError> {
+    if chunk.dtype != DTypeCode::U32 {
+        return Err(CodecError::UnsupportedDType(chunk.dtype));
+    }
+    Ok(view::<u32>(&chunk.data))
+}
+
 /// A copy of `src`, written into `spare`'s allocation when `spare` is its only handle and
 /// large enough (so a key's communication buffer is allocated once, not at every push: large
 /// fresh allocations cost a page fault per page).
@@ -292,6 +332,19 @@ mod tests {
         let h = range_to_chunk(&Buffer::from_vec(vec![f16::from_f32(0.5); 2]), 0, 2);
         add_chunk_into(&mut acc, 0, 2, &h).unwrap();
         assert_eq!(acc.to_vec::<f32>()[..2], [10.5, 10.5]);
+    }
+
+    #[test]
+    fn packed_words_travel_without_a_copy() {
+        let words = std::sync::Arc::new(vec![0x0000_8ce3u32, 7]);
+        let bytes = words_into_bytes(std::sync::Arc::clone(&words));
+        assert_eq!(&bytes[..4], &[0xe3, 0x8c, 0, 0], "little-endian words, MXNet's byte order");
+        let chunk = Chunk { dtype: DTypeCode::U32, data: bytes.slice(4..) };
+        assert_eq!(&*words_of(&chunk).unwrap(), &[7]);
+        assert!(words_of(&Chunk::bytes(Bytes::from_static(&[0; 4]))).is_err(), "only U32 chunks hold words");
+        drop((bytes, chunk));
+        let mut words = words;
+        assert!(std::sync::Arc::get_mut(&mut words).is_some(), "the allocation is free again once the views are dropped");
     }
 
     #[test]

@@ -324,8 +324,10 @@ impl KVStore {
     /// Turns on gradient compression (MXNet's `set_gradient_compression`), configured by
     /// MXNet's string pairs: `type` (`"2bit"` or `"1bit"`, required) and `threshold` (default
     /// 0.5; 2bit needs > 0). A `device` store then quantizes every pushed dense f32 value with
-    /// a residual per (key, source) and sums the dequantized values (spec K7.9). A `local`
-    /// store refuses, as in MXNet; the distributed stores do not support it yet.
+    /// a residual per (key, source) and sums the dequantized values (spec K7.9); a distributed
+    /// store's worker sums its devices, quantizes with a residual per key and sends the packed
+    /// words, which the servers dequantize (K7.10; pulls stay uncompressed). A `local` store
+    /// refuses, as in MXNet. Once set, pushing anything but dense f32 values is an error.
     pub fn set_gradient_compression<I, K, V>(&self, params: I) -> crate::Result<()>
     where
         I: IntoIterator<Item = (K, V)>,
@@ -344,12 +346,10 @@ impl KVStore {
                 reason: "gradient compression is not supported for this type of kvstore; use a `device` store".into(),
             }
             .into()),
-            (Backend::Dist(_), _) => Err(Error::Unsupported {
-                op: "set_gradient_compression",
-                store_type: self.name.clone(),
-                reason: "compressed pushes to servers are not implemented yet; the distributed stores send uncompressed values".into(),
+            (Backend::Dist(d), _) => {
+                d.set_compression(gc);
+                Ok(())
             }
-            .into()),
         }
     }
 

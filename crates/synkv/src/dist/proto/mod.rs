@@ -84,7 +84,7 @@
 //! |--------|--------------|-------------------------------------------------------------------------|
 //! | 0x0001 | `REQUEST`    | the sender waits for a `Reply` or `Error` with the same request id      |
 //! | 0x0002 | `ROW_SPARSE` | the values are rows: two chunks per key (row ids, then rows)            |
-//! | 0x0004 | `COMPRESSED` | gradient-compressed values (reserved; servers refuse them for now)      |
+//! | 0x0004 | `COMPRESSED` | dense gradients as packed 2-bit/1-bit words (spec K7.10), see below     |
 //! | 0x0008 | `INIT`       | a `Push` that creates its keys; a key the server holds is refused       |
 //!
 //! # Data messages (worker ↔ server)
@@ -97,6 +97,7 @@
 //! | `Push`, `PushPull`      | keys; bytes of each key's chunks     | dense: the values (the key's dtype)  | —    |
 //! | … with `ROW_SPARSE`     | keys; bytes of ids + rows            | ids (`i64`, sorted, unique), rows     | —    |
 //! | … with `INIT`           | as above                             | as above (row_sparse: every row)     | JSON list of the keys' names |
+//! | … with `COMPRESSED`     | keys; bytes of each key's words      | packed words (`u32`, MXNet's bytes)  | the configuration as JSON, e.g. `{"type":"2bit","threshold":0.5}` |
 //! | `Pull`                  | keys; bytes expected per key         | none                                 | —    |
 //! | `Pull` + `ROW_SPARSE`   | keys; bytes of the ids               | the requested ids (`i64`)            | —    |
 //! | `Reply` to `Push`/init  | none                                 | none                                 | —    |

@@ -12,12 +12,12 @@
 //! when the round completes (spec K6.15's cast-before-summation, for every key).
 
 use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
 
-use bytes::Bytes;
-
+use crate::compression::GradientCompression;
 use crate::dist::codec::{self, chunk_len, chunk_to_buffer, dtype_of};
 use crate::dist::node::Rank;
-use crate::dist::proto::{Chunk, Flags, Message};
+use crate::dist::proto::{Chunk, DTypeCode, Flags, Message};
 use crate::ndarray::{sparse, Buffer, DType, RowSparse, Storage};
 use crate::optimizer::{GradRef, Updater, WeightMut};
 
@@ -28,6 +28,8 @@ pub(super) type ReqId = (u64, u64);
 pub(super) enum Value {
     /// Every element of this server's slice.
     Dense(Chunk),
+    /// Every element of this server's slice as gradient-compression words (`U32`).
+    Packed(GradientCompression, Chunk),
     /// Some rows: ids (`i64` chunk) and their data.
     Rows { ids: Chunk, data: Chunk },
 }
@@ -35,13 +37,33 @@ pub(super) enum Value {
 /// A value validated against its entry.
 pub(super) enum Checked {
     Dense(Chunk),
+    Packed(GradientCompression, Chunk),
     Rows(Vec<i64>, Chunk),
 }
 
+/// One push of a dense key in a round: its values, or its packed words.
+pub(super) enum Part {
+    Raw(Chunk),
+    Packed(GradientCompression, Chunk),
+}
+
 /// Splits a `Push`/`PushPull` into (ps key, value) pairs, checking the chunk layout.
+///
+/// A compressed push (flag `COMPRESSED`) names its configuration in the text field as JSON
+/// (`{"type":"2bit","threshold":0.5}`), validated as `set_gradient_compression` validates it.
 pub(super) fn push_values(msg: &Message) -> Result<Vec<(u64, Value)>, String> {
     let keys = &msg.meta.keys;
     let rows = msg.flags.contains(Flags::ROW_SPARSE);
+    let packed = if msg.flags.contains(Flags::COMPRESSED) {
+        if rows || msg.flags.contains(Flags::INIT) {
+            return Err("compressed values are dense gradient pushes; row_sparse values and init values travel uncompressed".into());
+        }
+        let gc: GradientCompression = serde_json::from_str(&msg.meta.text)
+            .map_err(|e| format!("a compressed push needs its configuration as JSON in the text field: {e}"))?;
+        Some(gc)
+    } else {
+        None
+    };
     let per_key = if rows { 2 } else { 1 };
     if msg.chunks.len() != keys.len() * per_key {
         return Err(format!("{} keys need {} chunks, got {}", keys.len(), keys.len() * per_key, msg.chunks.len()));
@@ -50,12 +72,23 @@ pub(super) fn push_values(msg: &Message) -> Result<Vec<(u64, Value)>, String> {
     for (i, &key) in keys.iter().enumerate() {
         let value = if rows {
             Value::Rows { ids: msg.chunks[2 * i].clone(), data: msg.chunks[2 * i + 1].clone() }
+        } else if let Some(gc) = packed {
+            Value::Packed(gc, msg.chunks[i].clone())
         } else {
             Value::Dense(msg.chunks[i].clone())
         };
         out.push((key, value));
     }
     Ok(out)
+}
+
+/// A dense value as a round part, or the value back if it is rows.
+fn dense_part(value: Checked) -> Result<Part, Checked> {
+    match value {
+        Checked::Dense(chunk) => Ok(Part::Raw(chunk)),
+        Checked::Packed(gc, words) => Ok(Part::Packed(gc, words)),
+        rows => Err(rows),
+    }
 }
 
 /// The compute type of sums: f32 for half types, the key's own type otherwise.
@@ -69,7 +102,7 @@ fn compute_dtype(dtype: DType) -> DType {
 /// The pushes of one round, summed when the round completes (one pass, straight into the
 /// value for an assign).
 pub(super) enum Merged {
-    Dense(Vec<Chunk>),
+    Dense(Vec<Part>),
     Rows(Vec<RowSparse>),
 }
 
@@ -96,13 +129,13 @@ pub(super) struct Contribution {
 pub(super) struct Entry {
     /// The user's name for the key (its display form), used by the optimizer.
     pub(super) name: String,
-    value: Buffer,
+    /// The value, shared with the replies that carry it (pulls send it without a copy); an
+    /// update writes in place when no reply holds it any more, else into another buffer.
+    value: Arc<Buffer>,
+    /// A previous value still held by a reply when it was replaced; reused once free.
+    spare: Option<Arc<Buffer>>,
     /// `Some(row_len)` for a row_sparse key.
     row_len: Option<usize>,
-    /// The value's bytes, cached between updates for pulls.
-    snapshot: Option<Bytes>,
-    /// The previous snapshot, whose allocation the next one reuses once no reply holds it.
-    spare: Option<Bytes>,
     /// The sum of a round for the optimizer (compute dtype), kept across rounds.
     scratch: Option<Buffer>,
     pub(super) round: Round,
@@ -112,10 +145,11 @@ impl Entry {
     /// A new key from its init value.
     pub(super) fn from_init(name: String, value: Value) -> Result<Entry, String> {
         match value {
+            Value::Packed(..) => Err("init values travel uncompressed".into()),
             Value::Dense(chunk) => {
                 let dtype = dtype_of(chunk.dtype).map_err(|e| e.to_string())?;
                 let value = chunk_to_buffer(&chunk, dtype).map_err(|e| e.to_string())?;
-                Ok(Entry { name, value, row_len: None, snapshot: None, spare: None, scratch: None, round: Round::default() })
+                Ok(Entry { name, value: Arc::new(value), spare: None, row_len: None, scratch: None, round: Round::default() })
             }
             Value::Rows { ids, data } => {
                 let n_ids = chunk_len(&ids);
@@ -129,7 +163,14 @@ impl Entry {
                 }
                 let dtype = dtype_of(data.dtype).map_err(|e| e.to_string())?;
                 let value = chunk_to_buffer(&data, dtype).map_err(|e| e.to_string())?;
-                Ok(Entry { name, value, row_len: Some(elems / n_ids), snapshot: None, spare: None, scratch: None, round: Round::default() })
+                Ok(Entry {
+                    name,
+                    value: Arc::new(value),
+                    spare: None,
+                    row_len: Some(elems / n_ids),
+                    scratch: None,
+                    round: Round::default(),
+                })
             }
         }
     }
@@ -172,7 +213,24 @@ impl Entry {
                 }
                 Ok(Checked::Rows(ids, data))
             }
-            (Value::Dense(_), Some(_)) => Err(format!("key {} is row_sparse; push row_sparse values to it", self.name)),
+            (Value::Packed(gc, words), None) => {
+                if dtype != DType::F32 {
+                    return Err(format!("key {} holds {dtype} values; compressed pushes carry float32 gradients only", self.name));
+                }
+                let expected = gc.compressed_len(self.value.len());
+                if words.dtype != DTypeCode::U32 || chunk_len(&words) != expected {
+                    return Err(format!(
+                        "key {}: {} elements here need {expected} packed {} words, got {} {:?} elements (workers must split keys alike: set gradient compression before init on every worker)",
+                        self.name,
+                        self.value.len(),
+                        gc.kind(),
+                        chunk_len(&words),
+                        words.dtype
+                    ));
+                }
+                Ok(Checked::Packed(gc, words))
+            }
+            (Value::Dense(_) | Value::Packed(..), Some(_)) => Err(format!("key {} is row_sparse; push row_sparse values to it", self.name)),
             (Value::Rows { .. }, None) => Err(format!("key {} is dense; row_sparse values cannot be pushed to it", self.name)),
         }
     }
@@ -181,10 +239,11 @@ impl Entry {
     pub(super) fn merge(&mut self, worker: Rank, req: ReqId, slot: usize, value: Checked) -> Result<(), String> {
         let cdt = compute_dtype(self.value.dtype());
         let round = &mut self.round;
-        match (value, &mut round.merged) {
-            (Checked::Dense(chunk), None) => round.merged = Some(Merged::Dense(vec![chunk])),
-            (Checked::Dense(chunk), Some(Merged::Dense(chunks))) => chunks.push(chunk),
-            (Checked::Rows(ids, data), merged) => {
+        match (dense_part(value), &mut round.merged) {
+            (Ok(part), None) => round.merged = Some(Merged::Dense(vec![part])),
+            (Ok(part), Some(Merged::Dense(parts))) => parts.push(part),
+            (Err(value), merged) => {
+                let Checked::Rows(ids, data) = value else { return Err("unexpected value".into()) };
                 let part = RowSparse { indices: ids, data: chunk_to_buffer(&data, cdt).map_err(|e| e.to_string())? };
                 match merged {
                     Some(Merged::Rows(parts)) => parts.push(part),
@@ -192,7 +251,7 @@ impl Entry {
                     Some(Merged::Dense(_)) => return Err("dense and row_sparse pushes mixed in one round".into()),
                 }
             }
-            (Checked::Dense(_), Some(Merged::Rows(_))) => return Err("dense and row_sparse pushes mixed in one round".into()),
+            (Ok(_), Some(Merged::Rows(_))) => return Err("dense and row_sparse pushes mixed in one round".into()),
         }
         round.contributors.insert(worker);
         round.waiting.push((req, slot));
@@ -209,7 +268,8 @@ impl Entry {
     pub(super) fn single(&self, value: Checked) -> Result<Merged, String> {
         let cdt = compute_dtype(self.value.dtype());
         Ok(match value {
-            Checked::Dense(chunk) => Merged::Dense(vec![chunk]),
+            Checked::Dense(chunk) => Merged::Dense(vec![Part::Raw(chunk)]),
+            Checked::Packed(gc, words) => Merged::Dense(vec![Part::Packed(gc, words)]),
             Checked::Rows(ids, data) => {
                 Merged::Rows(vec![RowSparse { indices: ids, data: chunk_to_buffer(&data, cdt).map_err(|e| e.to_string())? }])
             }
@@ -219,19 +279,20 @@ impl Entry {
     /// Applies a round's sum: the updater if one is installed, else `value := sum` (for a
     /// row_sparse key, rows absent from the sum become zero).
     pub(super) fn apply(&mut self, merged: Merged, updater: Option<&mut Updater>) -> Result<(), String> {
-        if let Some(old) = self.snapshot.take() {
-            self.spare = Some(old);
-        }
         let dtype = self.value.dtype();
         let name = self.name.clone();
         let fail = |e: crate::optimizer::Error| format!("updating key {name}: {e}");
         let cdt = compute_dtype(dtype);
         match merged {
-            Merged::Dense(chunks) => {
+            Merged::Dense(parts) if parts.iter().any(|p| matches!(p, Part::Packed(..))) => {
+                self.apply_packed(&parts, updater)?;
+            }
+            Merged::Dense(parts) => {
+                let chunks: Vec<Chunk> = parts.into_iter().filter_map(|p| if let Part::Raw(c) = p { Some(c) } else { None }).collect();
                 let codec_fail = |e: codec::CodecError| format!("updating key {name}: {e}");
                 if updater.is_none() && cdt == dtype {
                     // Assign: the sum goes straight into the value.
-                    return codec::sum_chunks_into(&mut self.value, &chunks).map_err(codec_fail);
+                    return codec::sum_chunks_into(self.value_mut(true), &chunks).map_err(codec_fail);
                 }
                 let mut scratch = match self.scratch.take() {
                     Some(b) if b.dtype() == cdt && b.len() == self.value.len() => b,
@@ -240,7 +301,7 @@ impl Entry {
                 let summed = codec::sum_chunks_into(&mut scratch, &chunks).map_err(codec_fail);
                 let result = summed.and_then(|()| match updater {
                     None => {
-                        self.value.assign_cast(&scratch);
+                        self.value_mut(true).assign_cast(&scratch);
                         Ok(())
                     }
                     Some(u) => {
@@ -251,7 +312,7 @@ impl Entry {
                             cast = scratch.cast(dtype);
                             &cast
                         };
-                        u.update(&self.name, weight_mut(&mut self.value)?, grad_ref(grad)?).map_err(fail)
+                        u.update(&name, weight_mut(self.value_mut(false))?, grad_ref(grad)?).map_err(fail)
                     }
                 });
                 self.scratch = Some(scratch);
@@ -266,14 +327,16 @@ impl Entry {
                 let data = if sum.data.dtype() == dtype { sum.data } else { sum.data.cast(dtype) };
                 match updater {
                     None => {
-                        self.value = Buffer::zeros(dtype, self.value.len());
+                        let len = self.value.len();
+                        let value = self.value_mut(true);
+                        *value = Buffer::zeros(dtype, len);
                         for (i, &id) in sum.indices.iter().enumerate() {
                             let id = usize::try_from(id).unwrap_or(0);
-                            self.value.copy_range_from(id * row_len, &data, i * row_len, row_len);
+                            value.copy_range_from(id * row_len, &data, i * row_len, row_len);
                         }
                     }
                     Some(u) => {
-                        u.update_row_sparse(&self.name, weight_mut(&mut self.value)?, row_len, &sum.indices, grad_ref(&data)?)
+                        u.update_row_sparse(&name, weight_mut(self.value_mut(false))?, row_len, &sum.indices, grad_ref(&data)?)
                             .map_err(fail)?;
                     }
                 }
@@ -282,11 +345,64 @@ impl Entry {
         Ok(())
     }
 
-    /// The whole value (this server's slice) as one chunk; cached until the next update.
+    /// Applies a round of a dense f32 key in which some pushes are packed words: each push is
+    /// dequantized (the first) or dequantized and added (the others) straight into the value
+    /// (assign) or into the scratch sum (updater), then the updater runs (spec K7.10).
+    fn apply_packed(&mut self, parts: &[Part], updater: Option<&mut Updater>) -> Result<(), String> {
+        let name = self.name.clone();
+        let n = self.value.len();
+        let mut scratch = match (&updater, self.scratch.take()) {
+            (None, _) => None,
+            (Some(_), Some(b)) if b.dtype() == DType::F32 && b.len() == n => Some(b),
+            (Some(_), _) => Some(Buffer::zeros(DType::F32, n)),
+        };
+        let target = match scratch.as_mut() {
+            Some(s) => s,
+            None => self.value_mut(true),
+        };
+        for (i, part) in parts.iter().enumerate() {
+            let first = i == 0;
+            let done = match (part, &mut *target) {
+                (Part::Packed(gc, words), Buffer::F32(v)) => {
+                    let words = codec::words_of(words).map_err(|e| format!("key {name}: {e}"))?;
+                    if first { gc.dequantize(&words, n, v) } else { gc.dequantize_add(&words, n, v) }.map_err(|e| e.to_string())
+                }
+                (Part::Packed(..), other) => {
+                    Err(format!("it holds {} values; compressed pushes carry float32 gradients only", other.dtype()))
+                }
+                (Part::Raw(chunk), t) => if first { codec::copy_chunk_into(t, 0, n, chunk) } else { codec::add_chunk_into(t, 0, n, chunk) }
+                    .map_err(|e| e.to_string()),
+            };
+            done.map_err(|e| format!("updating key {name}: {e}"))?;
+        }
+        if let (Some(u), Some(grad)) = (updater, &scratch) {
+            let result =
+                u.update(&name, weight_mut(self.value_mut(false))?, grad_ref(grad)?).map_err(|e| format!("updating key {name}: {e}"));
+            self.scratch = scratch;
+            result?;
+        }
+        Ok(())
+    }
+
+    /// The value for an update to write. In place when no reply holds the value; otherwise a
+    /// free spare buffer (or a new one) — a copy of the value unless the update `overwrites`
+    /// every element — and the held value becomes the spare.
+    fn value_mut(&mut self, overwrites: bool) -> &mut Buffer {
+        if Arc::strong_count(&self.value) > 1 {
+            let free = self.spare.take().filter(|s| Arc::strong_count(s) == 1 && s.len() == self.value.len());
+            let mut next = free.unwrap_or_else(|| Arc::new(Buffer::zeros(self.value.dtype(), self.value.len())));
+            if !overwrites {
+                Arc::make_mut(&mut next).clone_from(&self.value);
+            }
+            self.spare = Some(std::mem::replace(&mut self.value, next));
+        }
+        // Unique now (checked or just made), so this never copies.
+        Arc::make_mut(&mut self.value)
+    }
+
+    /// The whole value (this server's slice) as one chunk, sharing the value's memory.
     pub(super) fn value_chunk(&mut self) -> Chunk {
-        let (value, spare) = (&self.value, &mut self.spare);
-        let data = self.snapshot.get_or_insert_with(|| codec::copy_reusing(codec::buffer_bytes(value), spare.take())).clone();
-        Chunk { dtype: codec::dtype_code(self.value.dtype()), data }
+        Chunk { dtype: codec::dtype_code(self.value.dtype()), data: codec::shared_buffer_bytes(Arc::clone(&self.value)) }
     }
 
     /// Byte length of the value (this server's slice).

@@ -12,8 +12,12 @@
 //! returning it stops accepting, closes every connection, stops the core and leaves the
 //! cluster; every step is bounded.
 //!
-//! What a server deliberately does not do: checkpoint keys, accept compressed pushes (not
-//! implemented yet), or recover a dead worker's contribution to a round.
+//! Compressed pushes (flag `COMPRESSED`, spec K7.10) carry packed words and their
+//! configuration; the server dequantizes each into the round's sum (or, for an assign,
+//! straight into the value), so a round may even mix compressed and plain pushes.
+//!
+//! What a server deliberately does not do: checkpoint keys or recover a dead worker's
+//! contribution to a round.
 
 mod conn;
 mod core;

@@ -173,3 +173,109 @@ fn the_same_optimizer_keeps_its_states_and_another_replaces_them() {
     h.send(0, Message::server_command(42, bytes::Bytes::new()));
     assert!(h.replies()[0].meta.text.contains("unknown server command id 42"));
 }
+
+/// A compressed push of `grads` (quantized here with fresh residuals) for key `k`.
+fn packed(command: Command, gc: &crate::compression::GradientCompression, keys: &[(u64, Vec<f32>)]) -> Message {
+    let mut m = Message::new(command).with_flags(Flags::COMPRESSED);
+    m.meta.text = serde_json::to_string(gc).unwrap();
+    for (k, g) in keys {
+        let mut residual = vec![0.0f32; g.len()];
+        let mut words = vec![0u32; gc.compressed_len(g.len())];
+        gc.quantize(g, &mut residual, &mut words).unwrap();
+        let chunk = crate::dist::proto::Chunk { dtype: crate::dist::proto::DTypeCode::U32, data: codec::words_into_bytes(words.into()) };
+        m.meta.keys.push(*k);
+        m.meta.lens.push(chunk.data.len() as u64);
+        m.chunks.push(chunk);
+    }
+    m
+}
+
+#[test]
+fn compressed_pushes_are_dequantized_and_summed_even_mixed_with_plain_ones() {
+    use crate::compression::{CompressionType, GradientCompression};
+    let gc = GradientCompression::new(CompressionType::TwoBit, 0.5).unwrap();
+    let mut h = harness(2);
+    h.init(&[(4, vec![1.0; 8])]);
+    // K7.6's vector from both workers: each dequantizes to [0.5,-0.5,0,0.5,-0.5,0,0.5,0].
+    let grad = vec![0.6f32, -0.7, 0.2, 0.5, -0.5, 0.0, 1.2, -0.49];
+    h.send(0, packed(Command::Push, &gc, &[(4, grad.clone())]));
+    h.send(1, packed(Command::PushPull, &gc, &[(4, grad.clone())]));
+    let r = h.replies();
+    assert_eq!(r.len(), 2, "{:?}", r.iter().map(|m| &m.meta.text).collect::<Vec<_>>());
+    assert_eq!(values(&r[1]), vec![vec![1.0, -1.0, 0.0, 1.0, -1.0, 0.0, 1.0, 0.0]], "assign: the sum of the dequantized pushes");
+    // One compressed push and one plain push in one round.
+    h.send(0, packed(Command::Push, &gc, &[(4, grad)]));
+    h.send(1, data(Command::Push, Flags::NONE, &[(4, vec![10.0; 8])]));
+    assert_eq!(h.replies().len(), 2);
+    assert_eq!(h.pull(4, 8), vec![10.5, 9.5, 10.0, 10.5, 9.5, 10.0, 10.5, 10.0]);
+}
+
+#[test]
+fn compressed_pushes_feed_the_optimizer_and_async_mode() {
+    use crate::compression::{CompressionType, GradientCompression};
+    let gc = GradientCompression::new(CompressionType::OneBit, 0.0).unwrap();
+    let mut h = harness(1);
+    h.send(0, Message::server_command(ServerCmd::SetOptimizer.id(), Optimizer::test().with_rescale_grad(2.0).to_json().into()));
+    assert_eq!(h.replies()[0].command, Command::Reply);
+    h.init(&[(1, vec![1.0; 3])]);
+    h.send(0, packed(Command::Push, &gc, &[(1, vec![0.3, -2.0, 0.0])]));
+    assert_eq!(h.replies()[0].command, Command::Reply);
+    // 1-bit: +1 for > threshold, -1 otherwise; w += 2·g.
+    assert_eq!(h.pull(1, 3), vec![3.0, -1.0, -1.0]);
+    h.send(0, Message::server_command(ServerCmd::SyncMode.id(), "async".into()));
+    h.replies();
+    h.send(0, packed(Command::Push, &gc, &[(1, vec![1.0; 3])]));
+    assert_eq!(h.replies().len(), 1, "answered at once");
+    assert_eq!(h.pull(1, 3), vec![5.0, 1.0, 1.0]);
+}
+
+#[test]
+fn malformed_compressed_pushes_are_refused_without_changing_anything() {
+    use crate::compression::{CompressionType, GradientCompression};
+    let gc = GradientCompression::new(CompressionType::TwoBit, 0.5).unwrap();
+    let mut h = harness(1);
+    h.init(&[(1, vec![1.0; 40])]);
+    let mut wrong_len = packed(Command::Push, &gc, &[(1, vec![1.0; 40])]);
+    wrong_len.chunks[0].data = wrong_len.chunks[0].data.slice(..8);
+    wrong_len.meta.lens[0] = 8;
+    h.send(0, wrong_len);
+    let text = h.replies().remove(0).meta.text;
+    assert!(text.contains("need 3 packed 2bit words"), "{text}");
+    let mut no_config = packed(Command::Push, &gc, &[(1, vec![1.0; 40])]);
+    no_config.meta.text = r#"{"type":"3bit"}"#.into();
+    h.send(0, no_config);
+    let text = h.replies().remove(0).meta.text;
+    assert!(text.contains("configuration"), "{text}");
+    let init_packed = packed(Command::Push, &gc, &[(2, vec![1.0; 4])]).with_flags(Flags::COMPRESSED.with(Flags::INIT));
+    h.send(0, init_packed);
+    assert!(h.replies().remove(0).meta.text.contains("uncompressed"));
+    assert_eq!(h.pull(1, 40), vec![1.0; 40], "nothing changed");
+}
+
+#[test]
+fn pulls_share_the_value_and_a_held_reply_never_sees_a_later_update() {
+    let mut h = harness(1);
+    h.init(&[(1, vec![1.0; 4])]);
+    let pull = |h: &mut Harness| {
+        let mut m = Message::new(Command::Pull);
+        m.meta.keys.push(1);
+        m.meta.lens.push(16);
+        h.send(0, m);
+        h.replies().remove(0)
+    };
+    let held = pull(&mut h);
+    let first_ptr = held.chunks[0].data.as_ptr();
+    h.send(0, data(Command::Push, Flags::NONE, &[(1, vec![2.0; 4])]));
+    h.replies();
+    assert_eq!(values(&held), vec![vec![1.0; 4]], "the reply still carries the value it was sent with");
+    let second = pull(&mut h);
+    assert_eq!(values(&second), vec![vec![2.0; 4]]);
+    assert_ne!(second.chunks[0].data.as_ptr(), first_ptr, "updated in another buffer while a reply held the value");
+    let second_ptr = second.chunks[0].data.as_ptr();
+    drop((held, second));
+    h.send(0, data(Command::Push, Flags::NONE, &[(1, vec![3.0; 4])]));
+    h.replies();
+    let third = pull(&mut h);
+    assert_eq!(values(&third), vec![vec![3.0; 4]]);
+    assert_eq!(third.chunks[0].data.as_ptr(), second_ptr, "no reply held it: updated in place, no copy");
+}

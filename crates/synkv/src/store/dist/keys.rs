@@ -11,6 +11,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
+use crate::compression::{CompressionType, Residual};
 use crate::dist::slicer::{self, Slice};
 use crate::engine::Var;
 use crate::store::{Error, Key, KeyKind};
@@ -30,6 +31,18 @@ pub(crate) struct KeyInfo {
     pub(crate) slices: Vec<Slice>,
     /// The last communication buffer, reused by the next push once the network dropped it.
     pub(crate) spare: parking_lot::Mutex<Option<bytes::Bytes>>,
+    /// Gradient-compression state of the key (residual, packed-word buffer).
+    pub(crate) packing: Packing,
+}
+
+/// A key's gradient-compression state on this worker (spec K7.10): one residual for the key
+/// (devices are summed before quantizing), created zeroed at the first compressed push, and
+/// the packed words of the last push, whose allocation the next push reuses once the network
+/// has dropped every view of it.
+#[derive(Debug, Default)]
+pub(crate) struct Packing {
+    pub(crate) residual: std::sync::OnceLock<Residual>,
+    pub(crate) spare: parking_lot::Mutex<Option<Arc<Vec<u32>>>>,
 }
 
 impl KeyInfo {
@@ -84,12 +97,18 @@ impl Registry {
     }
 
     /// Registers new keys after checking every one (all or nothing).
+    ///
+    /// With `compression` set, a big dense f32 key is split in units of packed words (spec
+    /// K7.11) so every server but the last gets a whole number of words; other keys are split
+    /// as K8.8 says. (Keys registered before compression was set keep their K8.8 split; their
+    /// slices are then quantized one by one, which gives the same values.)
     pub(crate) fn register(
         &mut self,
         pairs: &[(Key, &NDArray)],
         servers: u32,
         bound: u64,
         store_type: &str,
+        compression: Option<CompressionType>,
     ) -> Result<Vec<Arc<KeyInfo>>, Error> {
         let kind = self.check_kinds("init", pairs.iter().map(|p| &p.0))?;
         let mut infos = Vec::with_capacity(pairs.len());
@@ -118,7 +137,11 @@ impl Registry {
                 StorageType::RowSparse => (shape.rows(), shape.row_len()),
                 _ => (shape.size(), 1),
             };
-            let slices = slicer::slices(ps, units, unit, servers, bound);
+            let packed = compression.filter(|_| stype == StorageType::Dense && value.dtype() == DType::F32);
+            let slices = match packed {
+                Some(kind) => packed_slices(ps, kind, units, servers, bound),
+                None => slicer::slices(ps, units, unit, servers, bound),
+            };
             infos.push(KeyInfo {
                 key: key.clone(),
                 ps,
@@ -128,6 +151,7 @@ impl Registry {
                 var: Var::new(),
                 slices,
                 spare: Default::default(),
+                packing: Packing::default(),
             });
         }
         self.kind = kind;
@@ -173,6 +197,24 @@ impl Registry {
     }
 }
 
+/// The slices of a dense f32 key of `n` elements on a compressing store: K8.8's placement for a
+/// small key, K7.11's split in units of packed words for a big one.
+fn packed_slices(ps: u64, kind: CompressionType, n: usize, servers: u32, bound: u64) -> Vec<Slice> {
+    let elems = u64::try_from(n).unwrap_or(u64::MAX);
+    if elems < bound || servers <= 1 {
+        return slicer::slices(ps, n, 1, servers, bound);
+    }
+    let mut offset = 0;
+    let mut out = Vec::new();
+    for (server, (len, _words)) in (0u32..).zip(kind.partition_words(n, usize::try_from(servers).unwrap_or(1))) {
+        if len > 0 {
+            out.push(Slice { server, offset, len });
+        }
+        offset += len;
+    }
+    out
+}
+
 /// Checks that `arr` has the key's shape (and, with `same_dtype`, its dtype).
 pub(crate) fn check_array(op: &'static str, info: &KeyInfo, arr: &NDArray, same_dtype: bool) -> Result<(), Error> {
     if arr.shape() != &info.shape {
@@ -182,4 +224,20 @@ pub(crate) fn check_array(op: &'static str, info: &KeyInfo, arr: &NDArray, same_
         return Err(Error::DTypeMismatch { op, key: info.key.clone(), expected: info.dtype, got: arr.dtype() });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_big_key_on_a_compressing_store_is_split_in_words_k7_11() {
+        let lens =
+            |n, servers| -> Vec<usize> { packed_slices(0, CompressionType::TwoBit, n, servers, 1_000_000).iter().map(|s| s.len).collect() };
+        assert_eq!(lens(1_466_521, 3), vec![488_848, 488_832, 488_841]);
+        let s = packed_slices(0, CompressionType::TwoBit, 1_466_521, 3, 1_000_000);
+        assert_eq!((s[1].offset, s[2].offset), (488_848, 488_848 + 488_832));
+        assert_eq!(lens(10, 3), vec![10], "a small key stays whole");
+        assert_eq!(lens(1_466_521, 1), vec![1_466_521]);
+    }
 }

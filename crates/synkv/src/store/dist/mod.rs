@@ -13,6 +13,8 @@
 //! - `push`, `pull`, `pushpull`, `row_sparse_pull` are asynchronous engine operations
 //!   (`ops.rs`): per-device values are summed on the worker, small keys are packed into one
 //!   message per server, big keys are split over every server.
+//! - `set_gradient_compression` (`set_compression`) makes later pushes of dense f32 keys travel
+//!   as packed words quantized with a residual per key (`ops.rs`); see docs/dist.md.
 //! - `set_optimizer` sends the optimizer's JSON to every server from every worker; identical
 //!   configurations keep the servers' states, a different one replaces them.
 //! - `barrier` is a worker barrier; `close` (or dropping the store) waits for this process's
@@ -40,6 +42,7 @@ use self::keys::{check_array, KeyInfo, Registry};
 use self::ops::{Ctx, Item, Kind};
 use super::kvstore::PullReport;
 use super::{Error, Key, StoreType};
+use crate::compression::GradientCompression;
 use crate::dist::proto::{Chunk, Command, Flags, Message};
 use crate::dist::{codec, Client, Config, Error as DistError, Role, ServerCmd, TcpTransport, Worker};
 use crate::engine::{Engine, Priority};
@@ -67,6 +70,7 @@ pub(crate) struct DistStore {
     bound: u64,
     registry: Mutex<Registry>,
     optimizer: Mutex<Option<Optimizer>>,
+    compression: Mutex<Option<GradientCompression>>,
 }
 
 /// Runs `fut` to completion on the store's runtime from a plain thread (from inside another
@@ -149,6 +153,7 @@ impl DistStore {
             worker: Mutex::new(Some(worker)),
             registry: Mutex::new(Registry::default()),
             optimizer: Mutex::new(None),
+            compression: Mutex::new(None),
         })
     }
 
@@ -187,7 +192,8 @@ impl DistStore {
                 .into());
             }
         }
-        let infos = self.registry.lock().register(&pairs, self.num_servers, self.bound, &self.name)?;
+        let packing = self.compression.lock().map(|gc| gc.kind());
+        let infos = self.registry.lock().register(&pairs, self.num_servers, self.bound, &self.name, packing)?;
         let sent = if self.rank == 0 { self.send_init(&infos, &pairs) } else { Ok(()) };
         // Every worker waits here, even when rank 0 failed, so nobody is left at the barrier.
         let barrier = self.barrier();
@@ -250,17 +256,44 @@ impl DistStore {
     }
 
     pub(crate) fn push(&self, pairs: Vec<(Key, &NDArray)>, priority: Priority) -> crate::Result<()> {
-        let items = self.push_items("push", pairs)?;
+        let compression = *self.compression.lock();
+        let items = self.push_items("push", pairs, compression.is_some())?;
         for batch in ops::batches(items) {
-            ops::schedule(&self.ctx, Kind::Push, batch, priority);
+            ops::schedule(&self.ctx, Kind::Push, batch, priority, compression);
         }
         Ok(())
     }
 
-    fn push_items(&self, op: &'static str, pairs: Vec<(Key, &NDArray)>) -> crate::Result<Vec<Item>> {
+    /// Turns on gradient compression: later pushes of dense f32 keys travel as packed words,
+    /// quantized with a residual per key (spec K7.10); the servers dequantize. The
+    /// configuration travels with each compressed push, so nothing is sent now, workers need
+    /// not agree on when they call this, and it may be called after `init` (keys initialised
+    /// before keep their split over the servers; see `Registry::register`).
+    pub(crate) fn set_compression(&self, gc: GradientCompression) {
+        *self.compression.lock() = Some(gc);
+    }
+
+    fn push_items(&self, op: &'static str, pairs: Vec<(Key, &NDArray)>, compressing: bool) -> crate::Result<Vec<Item>> {
         let groups = self.registry.lock().group(op, pairs)?;
         let mut items = Vec::with_capacity(groups.len());
         for g in groups {
+            if compressing && (g.info.stype != StorageType::Dense || g.info.dtype != crate::DType::F32) {
+                return Err(unsupported(
+                    op,
+                    &self.name,
+                    match g.info.stype {
+                        StorageType::Dense => format!(
+                            "gradient compression applies to dense float32 values only (spec K7.13); key {} holds {} values",
+                            g.info.key, g.info.dtype
+                        ),
+                        _ => format!(
+                            "gradient compression applies to dense float32 values only (spec K7.13); key {} is row_sparse",
+                            g.info.key
+                        ),
+                    },
+                )
+                .into());
+            }
             for v in &g.arrays {
                 check_array(op, &g.info, v, true)?;
                 if g.info.stype == StorageType::Dense && v.storage_type() == StorageType::RowSparse {
@@ -307,7 +340,7 @@ impl DistStore {
             }
         }
         for batch in ops::batches(items) {
-            ops::schedule(&self.ctx, Kind::Pull, batch, priority);
+            ops::schedule(&self.ctx, Kind::Pull, batch, priority, None);
         }
         Ok(report)
     }
@@ -315,7 +348,8 @@ impl DistStore {
     /// Push then pull as one request per server: the reply carries the updated values.
     pub(crate) fn pushpull(&self, push: Vec<(Key, &NDArray)>, pull: Vec<(Key, &NDArray)>, priority: Priority) -> crate::Result<()> {
         let op = "pushpull";
-        let mut items = self.push_items(op, push)?;
+        let compression = *self.compression.lock();
+        let mut items = self.push_items(op, push, compression.is_some())?;
         let outs = self.registry.lock().group(op, pull)?;
         if outs.len() != items.len() || outs.iter().zip(&items).any(|(o, i)| o.info.key != i.info.key) {
             return Err(unsupported(op, &self.name, "the keys of the values and of the outputs differ; give both for the same keys").into());
@@ -345,7 +379,7 @@ impl DistStore {
             item.outs = g.arrays.into_iter().cloned().collect();
         }
         for batch in ops::batches(items) {
-            ops::schedule(&self.ctx, Kind::PushPull, batch, priority);
+            ops::schedule(&self.ctx, Kind::PushPull, batch, priority, compression);
         }
         Ok(())
     }
@@ -385,7 +419,7 @@ impl DistStore {
             }
         }
         for item in items {
-            ops::schedule(&self.ctx, Kind::RowSparsePull, vec![item], priority);
+            ops::schedule(&self.ctx, Kind::RowSparsePull, vec![item], priority, None);
         }
         Ok(())
     }

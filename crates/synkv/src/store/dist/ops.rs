@@ -15,6 +15,7 @@ use bytes::Bytes;
 use smallvec::SmallVec;
 
 use super::keys::KeyInfo;
+use crate::compression::GradientCompression;
 use crate::dist::codec::{self, chunk_len};
 use crate::dist::proto::{Chunk, Command, Flags, Message};
 use crate::dist::slicer::Slice;
@@ -56,6 +57,9 @@ pub(crate) struct Ctx {
 /// Where each key of a message goes back to: (item, slice, first requested row).
 type Places = Vec<(usize, Slice, usize)>;
 
+/// An operation's messages (with their servers) and, per message, where its keys go back to.
+type Built = (Vec<(u32, Message)>, Vec<Places>);
+
 /// Splits items into operations: a big (split) key alone, small keys together.
 pub(crate) fn batches(items: Vec<Item>) -> Vec<Vec<Item>> {
     let mut out = Vec::new();
@@ -79,8 +83,9 @@ pub(crate) fn batches(items: Vec<Item>) -> Vec<Vec<Item>> {
     out
 }
 
-/// Schedules one operation over `items`.
-pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priority) {
+/// Schedules one operation over `items`; with `compression`, dense pushes travel as packed
+/// words (every item of a compressed push is a dense f32 key: the store checked).
+pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priority, compression: Option<GradientCompression>) {
     let mut reads: Vec<Var> = Vec::new();
     let mut writes: Vec<Var> = Vec::new();
     for it in &items {
@@ -108,7 +113,10 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
         if kind == Kind::RowSparsePull {
             items.iter().for_each(prepare_row_outputs);
         }
-        let (msgs, places) = build(kind, &items, priority);
+        let (msgs, places) = match build(kind, &items, priority, compression.as_ref()) {
+            Ok(built) => built,
+            Err(e) => return done.fail(Box::new(e)),
+        };
         let Ctx { client, rt } = ctx;
         rt.spawn(async move {
             let result = match client.request_all(msgs).await {
@@ -127,6 +135,8 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
 struct Builder {
     command: Command,
     priority: Priority,
+    /// Set for a compressed push.
+    compression: Option<GradientCompression>,
     msgs: Vec<(u32, bool, Message, Places)>,
 }
 
@@ -138,6 +148,12 @@ impl Builder {
             m.meta.priority = self.priority;
             if rows {
                 m.flags = Flags::ROW_SPARSE;
+            }
+            if let Some(gc) = &self.compression {
+                // The configuration travels with the words: servers need no setup and can
+                // never dequantize with another worker's parameters.
+                m.flags = m.flags.with(Flags::COMPRESSED);
+                m.meta.text = serde_json::to_string(gc).unwrap_or_default();
             }
             self.msgs.push((server, rows, m, Vec::new()));
             self.msgs.len() - 1
@@ -199,19 +215,98 @@ fn merged(item: &Item) -> Storage {
     Storage::Dense(out)
 }
 
+/// Quantizes a dense f32 key's pushed value (the one input in place, or the sum of several)
+/// with the key's residual, slice by slice, into one buffer of packed words; returns each
+/// slice's words as zero-copy `Bytes`.
+///
+/// A key split in units of words (K7.11) gives exactly the words of quantizing it whole; a
+/// key split before compression was turned on (K8.8 boundaries inside a word) gets each
+/// slice's words separately, with the same values.
+fn packed_bytes(item: &Item, gc: &GradientCompression) -> crate::Result<Vec<Bytes>> {
+    let info = &item.info;
+    let n = info.shape.size();
+    let merged_sum;
+    let guard;
+    let grad: &[f32] = match item.inputs.as_slice() {
+        [one] => {
+            guard = one.storage();
+            match guard.dense() {
+                Some(Buffer::F32(v)) => &v[..],
+                _ => &[],
+            }
+        }
+        _ => {
+            merged_sum = merged(item);
+            match &merged_sum {
+                Storage::Dense(Buffer::F32(v)) => &v[..],
+                _ => &[],
+            }
+        }
+    };
+    if grad.len() != n {
+        return Err(crate::store::Error::Unsupported {
+            op: "push",
+            store_type: "dist".into(),
+            reason: format!("gradient compression applies to dense float32 values only; key {} got another value", info.key),
+        }
+        .into());
+    }
+    let words: usize = info.slices.iter().map(|s| gc.compressed_len(s.len)).sum();
+    let mut buf = {
+        let mut spare = info.packing.spare.lock();
+        match spare.take() {
+            Some(arc) if Arc::strong_count(&arc) == 1 => arc,
+            _ => Arc::new(Vec::new()),
+        }
+    };
+    let residual = info.packing.residual.get_or_init(|| crate::compression::Residual::zeros(n));
+    let mut ranges = Vec::with_capacity(info.slices.len());
+    {
+        // The allocation is ours alone (no other handle, checked above), so this does not copy.
+        let out = Arc::make_mut(&mut buf);
+        out.clear();
+        out.resize(words, 0);
+        let mut res = residual.lock();
+        let mut at = 0;
+        for s in &info.slices {
+            let w = gc.compressed_len(s.len);
+            let range = s.offset..s.offset + s.len;
+            gc.quantize(&grad[range.clone()], &mut res[range], &mut out[at..at + w])?;
+            ranges.push(at * 4..(at + w) * 4);
+            at += w;
+        }
+    }
+    *info.packing.spare.lock() = Some(Arc::clone(&buf));
+    let bytes = codec::words_into_bytes(buf);
+    Ok(ranges.into_iter().map(|r| bytes.slice(r)).collect())
+}
+
 /// Builds the messages of an operation.
-fn build(kind: Kind, items: &[Item], priority: Priority) -> (Vec<(u32, Message)>, Vec<Places>) {
+fn build(
+    kind: Kind,
+    items: &[Item],
+    priority: Priority,
+    compression: Option<&GradientCompression>,
+) -> crate::Result<Built> {
     let command = match kind {
         Kind::Push => Command::Push,
         Kind::PushPull => Command::PushPull,
         Kind::Pull | Kind::RowSparsePull => Command::Pull,
     };
-    let mut b = Builder { command, priority, msgs: Vec::new() };
+    let compression = compression.filter(|_| matches!(kind, Kind::Push | Kind::PushPull)).copied();
+    let mut b = Builder { command, priority, compression, msgs: Vec::new() };
     for (i, item) in items.iter().enumerate() {
         let info = &item.info;
         let es = info.dtype.size_of();
         let unit = info.unit();
         match kind {
+            Kind::Push | Kind::PushPull if info.stype == StorageType::Dense && compression.is_some() => {
+                let Some(gc) = &compression else { continue };
+                for (s, data) in info.slices.iter().zip(packed_bytes(item, gc)?) {
+                    let chunk = Chunk { dtype: crate::dist::proto::DTypeCode::U32, data };
+                    b.add(s.server, false, info.ps, byte_len(std::slice::from_ref(&chunk)), [chunk], (i, *s, 0));
+                }
+            }
             Kind::Push | Kind::PushPull if info.stype == StorageType::Dense => {
                 let bytes = dense_bytes(item).unwrap_or_default();
                 for s in &info.slices {
@@ -254,7 +349,7 @@ fn build(kind: Kind, items: &[Item], priority: Priority) -> (Vec<(u32, Message)>
         msgs.push((server, m));
         places.push(p);
     }
-    (msgs, places)
+    Ok((msgs, places))
 }
 
 fn to_i64(n: usize) -> i64 {
@@ -357,6 +452,7 @@ mod tests {
             var: Var::new(),
             slices: slicer::slices(ps, rows, row_len, 2, 100),
             spare: Default::default(),
+            packing: Default::default(),
         })
     }
 
@@ -366,7 +462,7 @@ mod tests {
         assert_eq!(info.slices.len(), 2);
         let value = NDArray::row_sparse([1000, 4], vec![3, 600], Buffer::from_vec(vec![1.0f32; 8]), Context::cpu(0)).unwrap();
         let item = Item { info: Arc::clone(&info), inputs: smallvec::smallvec![value], outs: SmallVec::new(), ids: Vec::new() };
-        let (msgs, places) = build(Kind::Push, &[item], 0);
+        let (msgs, places) = build(Kind::Push, &[item], 0, None).unwrap();
         assert_eq!(msgs.len(), 2);
         for ((server, m), place) in msgs.iter().zip(&places) {
             assert!(m.flags.contains(Flags::ROW_SPARSE));
@@ -376,7 +472,7 @@ mod tests {
             assert_eq!(place.len(), 1);
         }
         let pull = Item { info, inputs: SmallVec::new(), outs: SmallVec::new(), ids: vec![1, 2, 999] };
-        let (msgs, places) = build(Kind::RowSparsePull, &[pull], 0);
+        let (msgs, places) = build(Kind::RowSparsePull, &[pull], 0, None).unwrap();
         let asked: Vec<(u32, Vec<i64>)> = msgs.iter().map(|(s, m)| (*s, codec::ids_from_chunk(&m.chunks[0], 500).unwrap())).collect();
         assert_eq!(asked, vec![(0, vec![1, 2]), (1, vec![499])]);
         assert_eq!(places[1][0].2, 2, "server 1's rows start at position 2 of the output");
@@ -396,6 +492,7 @@ mod tests {
                     var: Var::new(),
                     slices: slicer::slices(ps, 10, 1, 2, 1000),
                     spare: Default::default(),
+                    packing: Default::default(),
                 })
             })
             .collect();
@@ -410,8 +507,64 @@ mod tests {
             .collect();
         let batches = batches(items);
         assert_eq!(batches.len(), 1);
-        let (msgs, _) = build(Kind::Push, &batches[0], 0);
+        let (msgs, _) = build(Kind::Push, &batches[0], 0, None).unwrap();
         assert_eq!(msgs.len(), 2, "one message per server");
         assert_eq!(msgs.iter().map(|(_, m)| m.meta.keys.len()).sum::<usize>(), 100);
+    }
+
+    #[test]
+    fn a_compressed_push_sends_each_server_its_words_whole_key_or_slice_by_slice() {
+        use crate::compression::{CompressionType, GradientCompression, Residual};
+        let gc = GradientCompression::new(CompressionType::TwoBit, 0.5).unwrap();
+        let n = 1000;
+        let grad: Vec<f32> = (0..n).map(|i| ((i * 37 % 23) as f32 - 11.0) / 10.0).collect();
+        let mut whole = vec![0u32; gc.compressed_len(n)];
+        Residual::zeros(n).quantize(&gc, &grad, &mut whole).unwrap();
+        let ps = slicer::int_key(1);
+        // K7.11 split (word boundaries) and K8.8 split (a boundary inside a word: 1000/3).
+        let splits =
+            [vec![Slice { server: 0, offset: 0, len: 336 }, Slice { server: 1, offset: 336, len: 664 }], slicer::slices(ps, n, 1, 3, 10)];
+        for slices in splits {
+            let info = Arc::new(KeyInfo {
+                key: Key::Int(1),
+                ps,
+                shape: Shape::from(vec![n]),
+                dtype: DType::F32,
+                stype: StorageType::Dense,
+                var: Var::new(),
+                slices: slices.clone(),
+                spare: Default::default(),
+                packing: Default::default(),
+            });
+            let item = Item {
+                info: Arc::clone(&info),
+                inputs: smallvec::smallvec![NDArray::from_vec([n], grad.clone()).unwrap()],
+                outs: SmallVec::new(),
+                ids: Vec::new(),
+            };
+            let (msgs, _) = build(Kind::Push, &[item], 0, Some(&gc)).unwrap();
+            assert_eq!(msgs.len(), slices.len());
+            let mut values = vec![0.0f32; n];
+            for ((server, m), s) in msgs.iter().zip(&slices) {
+                assert_eq!(*server, s.server);
+                assert!(m.flags.contains(Flags::COMPRESSED));
+                assert_eq!(serde_json::from_str::<GradientCompression>(&m.meta.text).unwrap(), gc);
+                let words = codec::words_of(&m.chunks[0]).unwrap();
+                assert_eq!(words.len(), gc.compressed_len(s.len));
+                gc.dequantize(&words, s.len, &mut values[s.offset..s.offset + s.len]).unwrap();
+            }
+            let mut expected = vec![0.0f32; n];
+            gc.dequantize(&whole, n, &mut expected).unwrap();
+            assert_eq!(values, expected, "slices {slices:?}");
+            if slices[0].len % 16 == 0 {
+                let sent: Vec<u32> = msgs.iter().flat_map(|(_, m)| codec::words_of(&m.chunks[0]).unwrap().into_owned()).collect();
+                assert_eq!(sent, whole, "word-aligned slices carry exactly the whole key's words");
+            }
+            assert_eq!(info.packing.residual.get().unwrap().to_vec(), {
+                let r = Residual::zeros(n);
+                r.quantize(&gc, &grad, &mut whole.clone()).unwrap();
+                r.to_vec()
+            });
+        }
     }
 }
