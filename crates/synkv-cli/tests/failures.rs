@@ -42,7 +42,7 @@ fn kill_one_and_check_survivors(victim: Victim, expect: &str) {
 
 #[test]
 fn a_killed_worker_is_named_by_every_survivor() {
-    kill_one_and_check_survivors(Victim::Worker(1), "lost worker rank 1 (id 11) at 127.0.0.1");
+    kill_one_and_check_survivors(Victim::Worker(1), "lost worker rank 1 (id 11) on 127.0.0.1");
 }
 
 #[test]

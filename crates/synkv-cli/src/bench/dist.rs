@@ -89,7 +89,7 @@ pub(crate) fn run(args: &DistArgs) -> Result<()> {
     }
     let kv = create(&args.store)?;
     let cases: Vec<(usize, usize, UpdaterKind)> = if args.all {
-        let shapes = [(1 << 20, 1), (16 << 20, 1), (10_000, 100)];
+        let shapes = [(1 << 20, 1), (16 << 20, 1), (10_240, 100)];
         [UpdaterKind::Assign, UpdaterKind::Sgd].into_iter().flat_map(|u| shapes.into_iter().map(move |(s, k)| (s, k, u))).collect()
     } else {
         vec![(args.size, args.keys, args.updater)]

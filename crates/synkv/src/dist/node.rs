@@ -161,12 +161,24 @@ impl Node {
     }
 }
 
+impl Node {
+    /// Where the node is, for messages: `at host:port`, or `on host` for a node that does
+    /// not listen (a worker), whose port would mean nothing.
+    fn place(&self) -> String {
+        if self.port == 0 {
+            format!("on {}", self.host)
+        } else {
+            format!("at {}", self.addr())
+        }
+    }
+}
+
 impl fmt::Display for Node {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.role, self.rank) {
-            (Role::Scheduler, _) => write!(f, "scheduler at {}", self.addr()),
-            (role, Some(rank)) => write!(f, "{role} rank {rank} (id {}) at {}", self.id, self.addr()),
-            (role, None) => write!(f, "unranked {role} at {}", self.addr()),
+            (Role::Scheduler, _) => write!(f, "scheduler {}", self.place()),
+            (role, Some(rank)) => write!(f, "{role} rank {rank} (id {}) {}", self.id, self.place()),
+            (role, None) => write!(f, "unranked {role} {}", self.place()),
         }
     }
 }
