@@ -28,10 +28,13 @@
 //! **Stopping.** The launcher can only kill the local `ssh` processes. Without a terminal
 //! (`ssh` without `-tt`, as here and in MXNet), sshd sends the remote command no signal when
 //! the connection closes: it dies of SIGPIPE on its next write to stdout or stderr, and a quiet
-//! one keeps running. synkv's own processes are bounded anyway, because the scheduler runs here
-//! and is killed with the job: every server and worker that stops hearing from it exits after
-//! `SYNKV_HEARTBEAT_TIMEOUT_MS`. `ssh -tt` would make sshd hang up the remote terminal, so
-//! SIGHUP kills the remote process group at once; it is not used because a terminal merges the
+//! one keeps running (checked against OpenSSH's sshd on 127.0.0.1: a remote `sleep` outlives
+//! its killed `ssh`). synkv's own processes do not, because the scheduler runs here and is
+//! killed with the job: every server, and every worker using a dist store, sees its connection
+//! to the scheduler close and exits (with the same sshd: none left a second after the
+//! launcher exited, with a 30 s heartbeat timeout), or after `SYNKV_HEARTBEAT_TIMEOUT_MS` if
+//! the close never arrives. `ssh -tt` makes sshd hang up the remote terminal, so SIGHUP kills
+//! the remote command at once (checked too); it is not used because a terminal merges the
 //! remote stderr into stdout (losing the stdout/stderr split of the prefixed output), turns
 //! `\n` into `\r\n`, and echoes input — the secret written on stdin would be printed.
 
