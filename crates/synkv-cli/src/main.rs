@@ -4,7 +4,8 @@
 //!   trains logistic regression on a scheduler, 2 servers and 2 workers on this host;
 //! - `synkv bench local …` — push+pull timings of the in-process store;
 //! - `synkv scheduler`, `synkv server` — run a cluster role from the `DMLC_*` environment;
-//! - `synkv launch -n W -s S -- CMD…` — start a whole job on this host;
+//! - `synkv launch -n W -s S [--launcher ssh -H hostfile] -- CMD…` — start a whole job, on
+//!   this host or over ssh;
 //! - `synkv selftest dist <case>` (hidden) — worker programs for the multi-process tests.
 
 mod bench;
@@ -38,7 +39,7 @@ enum Command {
     Scheduler,
     /// Run a parameter server of a distributed job (reads DMLC_* from the environment).
     Server,
-    /// Start a scheduler, servers and workers on this host: `synkv launch -n 2 -s 2 -- CMD…`.
+    /// Start a scheduler, servers and workers: `synkv launch -n 2 -s 2 [--launcher ssh -H hosts] -- CMD…`.
     Launch(launch::LaunchArgs),
     /// Worker programs for synkv's own multi-process tests.
     #[command(hide = true)]

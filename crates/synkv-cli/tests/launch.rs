@@ -1,4 +1,5 @@
-//! `synkv launch`: environment, output prefixes, exit status, unsupported launchers.
+//! `synkv launch` (local launcher): environment, output prefixes, exit status. The ssh
+//! launcher's tests are in `launch_ssh.rs`.
 
 use std::process::Command;
 
@@ -27,15 +28,6 @@ fn workers_see_the_dmlc_variables() {
     assert_eq!(f.status.code(), Some(3), "{}", f.output);
     assert!(f.output.contains("[worker 1] role=worker task=1 workers=2 servers=1 uri=127.0.0.1"), "{}", f.output);
     assert!(f.output.contains("killing scheduler"), "stragglers are killed after the grace period:\n{}", f.output);
-}
-
-#[test]
-fn the_ssh_launcher_is_refused_clearly() {
-    let mut cmd = Command::new(synkv());
-    cmd.args(["launch", "-n", "1", "--launcher", "ssh", "-H", "hosts.txt", "--", "true"]);
-    let f = run_bounded("launch", cmd, &[]);
-    assert!(!f.status.success());
-    assert!(f.output.contains("ssh launcher") && f.output.contains("--launcher local"), "{}", f.output);
 }
 
 #[test]

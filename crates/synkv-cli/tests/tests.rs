@@ -8,4 +8,5 @@ mod demo_bench;
 mod dist_values;
 mod failures;
 mod launch;
+mod launch_ssh;
 mod security;

@@ -41,7 +41,9 @@ SynKV - a parameter-server key-value store (MXNet's KVStore, rebuilt in Rust) fo
 =item SynKV->create($type = 'local')
 
 A new store: C<local>, C<device>, C<local_update_cpu>, C<local_allreduce_cpu>,
-C<local_allreduce_device> (case-insensitive).
+C<local_allreduce_device> (case-insensitive); or C<dist_sync>, C<dist_async>,
+C<dist_device_sync>, which join the job the C<DMLC_*> environment describes (run the script
+under C<synkv launch>, as F<t/dist.t> does).
 
 =cut
 
@@ -303,7 +305,8 @@ sub load_optimizer_states { my ($self, $fname) = @_; _call('kv_load_optimizer_st
 
 =item type, rank, num_workers
 
-The store type's name (lower-cased), this worker's rank (0) and the number of workers (1).
+The store type's name (lower-cased), this worker's rank and the number of workers (0 and 1
+for in-process stores).
 
 =cut
 

@@ -1,0 +1,297 @@
+//! `synkv launch -n W -s S [--launcher local|ssh -H hostfile] -- CMD ARGS…`: start a whole job.
+//!
+//! Both launchers start, in this order, `synkv scheduler`, `S` × `synkv server` and `W` copies
+//! of `CMD ARGS…`, each with MXNet's variables set (`DMLC_ROLE`, `DMLC_PS_ROOT_URI`,
+//! `DMLC_PS_ROOT_PORT`, `DMLC_NUM_SERVER`, `DMLC_NUM_WORKER`, `DMLC_TASK_ID` = the index within
+//! its role, `DMLC_JOB_CLUSTER=local` or `ssh`). With complete task ids the scheduler ranks each
+//! role by task id, so worker `i` has rank `i`.
+//!
+//! - **local** (this file): every process on this host; the scheduler on a free port of
+//!   127.0.0.1; the children inherit the launcher's whole environment (so `SYNKV_*` settings
+//!   reach every process).
+//! - **ssh** ([`ssh`]): the scheduler on this host, servers and workers round-robin over the
+//!   hosts of a [`hostfile`], each through `ssh`, with the `SYNKV_*` settings forwarded (the
+//!   secret on ssh's standard input, never on a command line).
+//!
+//! Every output line of a child is printed with a prefix — `[scheduler]`, `[server 0]`,
+//! `[worker 1]` — on the launcher's stdout or stderr, as the child wrote it. The launcher's own
+//! lines start with `[launch]` (on stderr), including each child's pid (for ssh, the local
+//! `ssh` process's). `--dry-run` prints the commands instead of running them.
+//!
+//! Exit status ([`supervise`]): 0 when every process exits 0. When one exits non-zero (or is
+//! killed by a signal: 128 + signal), the others get a grace period to notice — they report
+//! the lost node themselves — then the remaining ones are killed, and the launcher exits with
+//! that first non-zero status. Ctrl-C or SIGTERM kills every child and exits with 130.
+
+mod hostfile;
+mod ssh;
+mod supervise;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+
+use supervise::{run_plan, Planned};
+
+/// How processes are started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LauncherKind {
+    /// Every process on this host.
+    Local,
+    /// The scheduler on this host, servers and workers round-robin over the hostfile's hosts,
+    /// through ssh (`SYNKV_SSH`, default `ssh`).
+    Ssh,
+}
+
+/// Arguments of `synkv launch`.
+#[derive(Debug, Args)]
+pub(crate) struct LaunchArgs {
+    /// Number of workers (copies of the command).
+    #[arg(short = 'n', long = "num-workers")]
+    num_workers: u32,
+    /// Number of servers (default: as many as workers, like MXNet's launcher).
+    #[arg(short = 's', long = "num-servers")]
+    num_servers: Option<u32>,
+    /// How to start the processes.
+    #[arg(long, value_enum, default_value_t = LauncherKind::Local)]
+    launcher: LauncherKind,
+    /// Hosts for the ssh launcher: one `[user@]host[:port]` per line, `#` comments.
+    #[arg(short = 'H', long)]
+    hostfile: Option<PathBuf>,
+    /// ssh launcher: the scheduler's address, one of this host's that every host can reach
+    /// (default: DMLC_PS_ROOT_URI, else 127.0.0.1 if every host is loopback, else this host's
+    /// address on the route to the first remote host).
+    #[arg(long)]
+    root_uri: Option<String>,
+    /// ssh launcher: the scheduler's port (default: DMLC_PS_ROOT_PORT, else a free port).
+    #[arg(long)]
+    root_port: Option<u16>,
+    /// ssh launcher: the synkv executable on the remote hosts, for the servers (default: the
+    /// path of this one).
+    #[arg(long)]
+    remote_synkv: Option<String>,
+    /// Print the command of every process (the secret redacted) and exit without starting any.
+    #[arg(long)]
+    dry_run: bool,
+    /// Seconds the other processes get to exit by themselves after one failed, before they
+    /// are killed (default: SYNKV_HEARTBEAT_TIMEOUT_MS + 5 s).
+    #[arg(long)]
+    grace_secs: Option<f64>,
+    /// The worker command and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<String>,
+}
+
+/// Where a child's output goes, line by line: (label, from stderr, the line without its
+/// newline).
+pub(crate) type Sink = Arc<dyn Fn(&str, bool, &[u8]) + Send + Sync>;
+
+/// Where the launcher's own messages go.
+pub(crate) type Notes = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// A job to run on this host.
+pub(crate) struct JobSpec {
+    pub(crate) workers: u32,
+    pub(crate) servers: u32,
+    /// The worker program and its arguments.
+    pub(crate) command: Vec<String>,
+    /// Time the others get to exit after one failed.
+    pub(crate) grace: Duration,
+    pub(crate) sink: Sink,
+    pub(crate) notes: Notes,
+}
+
+/// The `synkv launch` sink: every line prefixed with `[label] `, to stdout or stderr as the
+/// child wrote it.
+pub(crate) fn prefixing_sink() -> Sink {
+    Arc::new(|label: &str, to_stderr: bool, line: &[u8]| {
+        let mut buf = format!("[{label}] ").into_bytes();
+        buf.extend_from_slice(line);
+        buf.push(b'\n');
+        let _ = if to_stderr { std::io::stderr().lock().write_all(&buf) } else { std::io::stdout().lock().write_all(&buf) };
+    })
+}
+
+pub(crate) fn run(args: &LaunchArgs) -> ExitCode {
+    match launch(args) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("[launch] error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn launch(args: &LaunchArgs) -> Result<u8> {
+    let spec = JobSpec {
+        workers: args.num_workers,
+        servers: args.num_servers.unwrap_or(args.num_workers),
+        command: args.command.clone(),
+        grace: match args.grace_secs {
+            None => default_grace(),
+            Some(s) => Duration::try_from_secs_f64(s).map_err(|_| anyhow::anyhow!("--grace-secs {s} is not a number of seconds ≥ 0"))?,
+        },
+        sink: prefixing_sink(),
+        notes: Arc::new(|note: &str| eprintln!("[launch] {note}")),
+    };
+    check_counts(&spec)?;
+    let plan = match args.launcher {
+        LauncherKind::Local => {
+            if args.hostfile.is_some() || args.root_uri.is_some() || args.root_port.is_some() || args.remote_synkv.is_some() {
+                bail!("-H/--hostfile, --root-uri, --root-port and --remote-synkv belong to the ssh launcher; add --launcher ssh");
+            }
+            local_plan(&spec)?
+        }
+        LauncherKind::Ssh => ssh_plan(args, &spec)?,
+    };
+    if args.dry_run {
+        print_plan(&plan, std::env::var("SYNKV_SECRET").ok().filter(|s| !s.is_empty()).as_deref());
+        return Ok(0);
+    }
+    Ok(run_plan(plan, &spec))
+}
+
+fn check_counts(spec: &JobSpec) -> Result<()> {
+    if spec.workers == 0 || spec.servers == 0 {
+        bail!("-n and -s must be at least 1");
+    }
+    if spec.command.is_empty() {
+        bail!("no worker command given");
+    }
+    Ok(())
+}
+
+/// Starts the scheduler, the servers and the workers of `spec` on this host, supervises them
+/// and returns the job's exit status (see the module docs).
+pub(crate) fn run_job(spec: &JobSpec) -> Result<u8> {
+    check_counts(spec)?;
+    Ok(run_plan(local_plan(spec)?, spec))
+}
+
+/// The local launcher's processes: everything on this host, the scheduler on 127.0.0.1.
+fn local_plan(spec: &JobSpec) -> Result<Vec<Planned>> {
+    let (workers, servers) = (spec.workers, spec.servers);
+    let port =
+        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).context("finding a free port for the scheduler")?.port();
+    let exe = std::env::current_exe().context("locating the synkv executable")?;
+    let common = |cmd: &mut Command, role: &str, task: Option<u32>| {
+        cmd.env("DMLC_ROLE", role)
+            .env("DMLC_PS_ROOT_URI", "127.0.0.1")
+            .env("DMLC_PS_ROOT_PORT", port.to_string())
+            .env("DMLC_NUM_SERVER", servers.to_string())
+            .env("DMLC_NUM_WORKER", workers.to_string())
+            .env("DMLC_JOB_CLUSTER", "local")
+            .env_remove("DMLC_TASK_ID");
+        if let Some(t) = task {
+            cmd.env("DMLC_TASK_ID", t.to_string());
+        }
+    };
+    let planned = |label: String, cmd: Command| Planned { label, cmd, stdin: None, place: String::new() };
+    let mut cmd = Command::new(&exe);
+    cmd.arg("scheduler");
+    common(&mut cmd, "scheduler", None);
+    let mut plan = vec![planned("scheduler".into(), cmd)];
+    for i in 0..servers {
+        let mut cmd = Command::new(&exe);
+        cmd.arg("server");
+        common(&mut cmd, "server", Some(i));
+        plan.push(planned(format!("server {i}"), cmd));
+    }
+    for i in 0..workers {
+        let mut cmd = Command::new(&spec.command[0]);
+        cmd.args(&spec.command[1..]);
+        common(&mut cmd, "worker", Some(i));
+        plan.push(planned(format!("worker {i}"), cmd));
+    }
+    (spec.notes)(&format!("scheduler at 127.0.0.1:{port}, {servers} servers, {workers} workers"));
+    Ok(plan)
+}
+
+/// The ssh launcher's processes (see [`ssh`]).
+fn ssh_plan(args: &LaunchArgs, spec: &JobSpec) -> Result<Vec<Planned>> {
+    let Some(path) = &args.hostfile else {
+        bail!("--launcher ssh needs a hostfile: -H FILE, one [user@]host[:port] per line");
+    };
+    let hosts = hostfile::read(path)?;
+    let env_var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let root_uri = ssh::root_uri(args.root_uri.as_deref(), env_var("DMLC_PS_ROOT_URI"), &hosts)?;
+    let root_port =
+        match (args.root_port, env_var("DMLC_PS_ROOT_PORT")) {
+            (Some(p), _) => p,
+            (None, Some(p)) => p.trim().parse::<u16>().ok().filter(|p| *p > 0).with_context(|| {
+                format!("DMLC_PS_ROOT_PORT={p:?} is not a port number in 1..=65535; fix it, unset it or pass --root-port")
+            })?,
+            (None, None) => free_port(&root_uri)?,
+        };
+    let exe = std::env::current_exe().context("locating the synkv executable")?;
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    let utf8 = |p: &std::path::Path, what: &str| {
+        p.to_str().map(str::to_owned).with_context(|| format!("{what} {} is not valid UTF-8, so it cannot be sent over ssh", p.display()))
+    };
+    let (env, secret) = ssh::forwarded_env(std::env::vars_os())?;
+    let job = ssh::SshJob {
+        hosts: &hosts,
+        ssh: std::env::var_os("SYNKV_SSH").filter(|s| !s.is_empty()).unwrap_or_else(|| OsString::from("ssh")),
+        local_synkv: &exe,
+        remote_synkv: match &args.remote_synkv {
+            Some(p) => p.clone(),
+            None => utf8(&exe, "the synkv path")?,
+        },
+        cwd: utf8(&cwd, "the current directory")?,
+        root_uri,
+        root_port,
+        servers: spec.servers,
+        workers: spec.workers,
+        command: &spec.command,
+        env,
+        secret,
+    };
+    (spec.notes)(&format!(
+        "scheduler at {}:{} on this host, {} servers and {} workers over {} hosts through {:?}",
+        job.root_uri,
+        job.root_port,
+        job.servers,
+        job.workers,
+        hosts.len(),
+        job.ssh
+    ));
+    Ok(job.plan())
+}
+
+/// A free port on `host` (which must be this machine's, since the scheduler binds it).
+fn free_port(host: &str) -> Result<u16> {
+    let addr = if host.contains(':') { format!("[{host}]:0") } else { format!("{host}:0") };
+    let listener = std::net::TcpListener::bind(&addr).with_context(|| {
+        format!("binding the scheduler's address {addr}: the scheduler runs on this host, so --root-uri (or DMLC_PS_ROOT_URI) must be one of this host's addresses")
+    })?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// `--dry-run`: each process's command as a shell line, with `secret` replaced wherever it
+/// would appear.
+fn print_plan(plan: &[Planned], secret: Option<&str>) {
+    let mut out = std::io::stdout().lock();
+    for p in plan {
+        let env = p.cmd.get_envs().filter_map(|(k, v)| Some(format!("{}={}", k.to_string_lossy(), v?.to_string_lossy())));
+        let argv = std::iter::once(p.cmd.get_program()).chain(p.cmd.get_args()).map(|a| a.to_string_lossy().into_owned());
+        let words: Vec<String> = env.chain(argv).collect();
+        let mut line = if p.cmd.get_envs().next().is_some() { format!("env {}", ssh::join(&words)) } else { ssh::join(&words) };
+        if let Some(s) = secret {
+            line = line.replace(s, "<redacted>");
+        }
+        let stdin = if p.stdin.is_some() { "  # SYNKV_SECRET on standard input (redacted)" } else { "" };
+        let _ = writeln!(out, "[{}] {line}{stdin}", p.label);
+    }
+}
+
+/// The heartbeat timeout the children use, plus 5 s.
+pub(crate) fn default_grace() -> Duration {
+    let ms = std::env::var("SYNKV_HEARTBEAT_TIMEOUT_MS").ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(10_000);
+    Duration::from_millis(ms) + Duration::from_secs(5)
+}

@@ -1,0 +1,199 @@
+//! Starting and supervising the processes of a job, whichever launcher planned them.
+//!
+//! A launcher turns a job into a list of [`Planned`] commands (the local launcher runs the
+//! roles themselves, the ssh launcher runs `ssh host '…'` for the remote ones). [`run_plan`]
+//! starts them in order, copies every output line to the job's [`Sink`] under the process's
+//! label, waits for them and returns the job's exit status: the first non-zero status, after
+//! the others got the grace period to exit by themselves; 130 on Ctrl-C or SIGTERM. It does
+//! not know what a role is or where a process really runs: a killed `ssh` is all it can kill.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::{JobSpec, Sink};
+
+/// One process to start.
+pub(crate) struct Planned {
+    /// Its prefix in the output: `scheduler`, `server 0`, `worker 1`.
+    pub(crate) label: String,
+    /// Program, arguments and environment; stdio is set by [`run_plan`].
+    pub(crate) cmd: Command,
+    /// Bytes written to its standard input, which is then closed (`None`: stdin is
+    /// `/dev/null`). The ssh launcher sends the shared secret this way, never on a command line.
+    pub(crate) stdin: Option<Vec<u8>>,
+    /// Where it runs, for the launcher's notes (` on node7 via ssh`); empty for this host.
+    pub(crate) place: String,
+}
+
+/// One started process.
+struct Proc {
+    label: String,
+    child: Child,
+    status: Option<ExitStatus>,
+    pumps: Vec<JoinHandle<()>>,
+}
+
+/// Starts every process of `plan` in order, supervises them and returns the job's exit status
+/// (see the module docs). A process that cannot be started stops the job with status 127.
+pub(crate) fn run_plan(plan: Vec<Planned>, spec: &JobSpec) -> u8 {
+    let note = &spec.notes;
+    let interrupted = Arc::new(AtomicBool::new(false));
+    watch_signals(Arc::clone(&interrupted));
+    let mut procs: Vec<Proc> = Vec::new();
+    for Planned { label, mut cmd, stdin, place } in plan {
+        cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() }).stdout(Stdio::piped()).stderr(Stdio::piped());
+        match cmd.spawn() {
+            Ok(mut child) => {
+                note(&format!("started {label}{place} (pid {})", child.id()));
+                if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
+                    // A few bytes: they fit in the pipe's buffer, so this does not block. A
+                    // process that died already shows up in `supervise`.
+                    if let Err(e) = pipe.write_all(&bytes) {
+                        note(&format!("could not write to the standard input of {label}: {e}"));
+                    }
+                }
+                procs.push(start(label, child, &spec.sink));
+            }
+            Err(e) => {
+                note(&format!("could not start {label}{place} ({:?}): {e}", cmd.get_program()));
+                kill_all(&mut procs);
+                finish(&mut procs);
+                return 127;
+            }
+        }
+    }
+    let code = supervise(&mut procs, &interrupted, spec);
+    finish(&mut procs);
+    code
+}
+
+fn start(label: String, mut child: Child, sink: &Sink) -> Proc {
+    let mut pumps = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        pumps.push(pump(out, label.clone(), false, Arc::clone(sink)));
+    }
+    if let Some(err) = child.stderr.take() {
+        pumps.push(pump(err, label.clone(), true, Arc::clone(sink)));
+    }
+    Proc { label, child, status: None, pumps }
+}
+
+/// Hands `src` line by line to `sink`.
+fn pump(src: impl Read + Send + 'static, label: String, to_stderr: bool, sink: Sink) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(src);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                line.pop();
+            }
+            sink(&label, to_stderr, &line);
+        }
+    })
+}
+
+fn code_of(status: ExitStatus) -> u8 {
+    if let Some(c) = status.code() {
+        return u8::try_from(c.clamp(0, 255)).unwrap_or(1).max(u8::from(c != 0));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = status.signal() {
+            return u8::try_from(128 + sig.clamp(0, 127)).unwrap_or(255);
+        }
+    }
+    1
+}
+
+/// Waits for every child; returns the launcher's exit code.
+fn supervise(procs: &mut [Proc], interrupted: &AtomicBool, spec: &JobSpec) -> u8 {
+    let (grace, note) = (spec.grace, &spec.notes);
+    let mut first_failure: Option<(u8, Instant)> = None;
+    let mut killed = false;
+    loop {
+        if interrupted.load(Ordering::Acquire) {
+            note("interrupted: stopping every process");
+            kill_all(procs);
+            return 130;
+        }
+        // Failures seen in one pass happened within a few ms; a death by signal (a crash, a
+        // kill) is the likelier cause of the others, so it counts as the first.
+        let mut failed_now: Option<(u8, bool)> = None;
+        for p in procs.iter_mut().filter(|p| p.status.is_none()) {
+            let Ok(Some(status)) = p.child.try_wait() else { continue };
+            p.status = Some(status);
+            let code = code_of(status);
+            if code == 0 {
+                note(&format!("{} exited successfully", p.label));
+                continue;
+            }
+            note(&format!("{} exited with status {code}", p.label));
+            let by_signal = status.code().is_none();
+            let replace = match failed_now {
+                None => true,
+                Some((_, sig)) => by_signal && !sig,
+            };
+            if replace {
+                failed_now = Some((code, by_signal));
+            }
+        }
+        if let (None, Some((code, _))) = (first_failure, failed_now) {
+            note(&format!("stopping the job: the others get {grace:?} to finish, then they are killed"));
+            first_failure = Some((code, Instant::now() + grace));
+        }
+        if procs.iter().all(|p| p.status.is_some()) {
+            return first_failure.map_or(0, |(c, _)| c);
+        }
+        if let Some((_, deadline)) = first_failure {
+            if !killed && Instant::now() >= deadline {
+                for p in procs.iter().filter(|p| p.status.is_none()) {
+                    note(&format!("killing {} (still running after the grace period)", p.label));
+                }
+                kill_all(procs);
+                killed = true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn kill_all(procs: &mut [Proc]) {
+    for p in procs.iter_mut().filter(|p| p.status.is_none()) {
+        let _ = p.child.kill();
+    }
+}
+
+/// Reaps every child and waits for its output to be copied.
+fn finish(procs: &mut [Proc]) {
+    for p in procs.iter_mut() {
+        if p.status.is_none() {
+            p.status = p.child.wait().ok();
+        }
+        for h in p.pumps.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Sets `flag` on SIGINT or SIGTERM (a helper thread with a tiny runtime).
+fn watch_signals(flag: Arc<AtomicBool>) {
+    let spawned = std::thread::Builder::new().name("synkv-launch-signals".into()).spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+        let stop = tokio_util::sync::CancellationToken::new();
+        rt.block_on(crate::roles::cancel_on_signal(stop));
+        flag.store(true, Ordering::Release);
+    });
+    if let Err(e) = spawned {
+        eprintln!("[launch] warning: cannot watch for Ctrl-C: {e}");
+    }
+}
