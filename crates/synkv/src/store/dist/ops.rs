@@ -282,12 +282,7 @@ fn packed_bytes(item: &Item, gc: &GradientCompression) -> crate::Result<Vec<Byte
 }
 
 /// Builds the messages of an operation.
-fn build(
-    kind: Kind,
-    items: &[Item],
-    priority: Priority,
-    compression: Option<&GradientCompression>,
-) -> crate::Result<Built> {
+fn build(kind: Kind, items: &[Item], priority: Priority, compression: Option<&GradientCompression>) -> crate::Result<Built> {
     let command = match kind {
         Kind::Push => Command::Push,
         Kind::PushPull => Command::PushPull,
