@@ -280,7 +280,8 @@ sub set_optimizer {
 
 Turns on gradient compression with MXNet's parameters, e.g.
 C<< set_gradient_compression({type => '2bit', threshold => 0.5}) >>. As in AI::MXNet, a store
-whose type is not a C<device> (or dist) type refuses; a C<device> store quantizes every push.
+whose type is not a C<device> or dist type refuses; a C<device> store quantizes every push, a
+dist store sends every push to the servers as packed words.
 
 =cut
 
