@@ -136,3 +136,34 @@ fn push_with_an_optimizer_reads_the_values_pushed_and_reuses_the_merge_buffer() 
         }
     });
 }
+
+#[test]
+fn concurrent_pushes_of_one_key_with_an_updater_are_all_applied() {
+    bounded(|| {
+        let _turn = turn();
+        let kv = Arc::new(create("local").unwrap());
+        kv.init(5, &NDArray::zeros([64])).unwrap();
+        kv.set_updater(|_key: &Key, input: &NDArray, stored: &mut NDArray| {
+            let sum: Vec<f32> = stored.to_vec::<f32>()?.iter().zip(input.to_vec::<f32>()?).map(|(s, i)| s + i).collect();
+            NDArray::from_vec([64], sum)?.copy_to(stored)?;
+            Ok(())
+        });
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let kv = Arc::clone(&kv);
+                std::thread::spawn(move || {
+                    let g = NDArray::ones([64]);
+                    for _ in 0..100 {
+                        kv.push(5, &g).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let out = NDArray::zeros([64]);
+        kv.pull(5, &out).unwrap();
+        assert_all(&out, 400.0, "every push of every thread is applied once");
+    });
+}

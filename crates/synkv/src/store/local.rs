@@ -15,8 +15,10 @@
 //!   its applies. Apply operations are serialised through one engine var, so updates run one
 //!   at a time, in ascending key order within a call and in call order across calls (spec
 //!   K3.3); per key, consume and apply keep push order through the merge buffer's var and the
-//!   stored value's var. A failed consume skips its update and fails the key like a failed
-//!   update.
+//!   stored value's var. Small keys are consumed in batches (as assigns are); a failed sum
+//!   (gradient compression) fails only its key, reported by its apply operation. The cost is
+//!   one copy of each pushed value into the merge buffer, which one op could skip by reading
+//!   a single value in place (see BENCHMARKS.md).
 //! - pull: per key, copy the stored value into every output (converting dtypes). A failed
 //!   update of a key is reported once, on the outputs of the next pull of it (the pull takes
 //!   the error from the key), and by `wait_all`; the key keeps its last good value.
@@ -64,10 +66,12 @@ struct MergeBuf {
 }
 
 enum Merged {
-    /// Nothing to apply, no buffer to reuse (before the first push, after a failed consume).
+    /// Nothing to apply, no buffer to reuse (before the first push).
     Empty,
     /// A consumed sum, waiting for its apply operation.
     Ready(Storage),
+    /// The consume failed: its apply operation reports this instead of updating.
+    Failed(crate::Error),
     /// The last sum, already applied: its memory is reused by the next consume.
     Spare(Storage),
 }
@@ -118,6 +122,10 @@ pub(crate) struct LocalStore {
     state: Mutex<State>,
     /// Written by every operation that calls the updater: serialises updater calls.
     updater_var: Var,
+    /// Held while a push with an updater enqueues its consume and apply operations, so that
+    /// concurrent pushes of one key cannot interleave them (a second consume would overwrite
+    /// the first one's sum before it was applied).
+    schedule: Mutex<()>,
 }
 
 struct PushItem {
@@ -147,7 +155,7 @@ struct PullItem {
 
 impl LocalStore {
     pub(crate) fn new() -> LocalStore {
-        LocalStore { state: Mutex::new(State::default()), updater_var: Var::new() }
+        LocalStore { state: Mutex::new(State::default()), updater_var: Var::new(), schedule: Mutex::new(()) }
     }
 
     /// Checks that every key has the store's kind (or one kind, if none is fixed yet).
@@ -292,12 +300,20 @@ impl LocalStore {
             }
             return;
         };
-        // Every consume first, so that the call's inputs are released as early as possible.
+        // Every consume first, so that the call's inputs are released as early as possible;
+        // small keys are consumed in batches, like assigns.
         let items: Vec<Arc<PushItem>> = items.into_iter().map(Arc::new).collect();
-        for item in &items {
-            let reads: Vec<Var> = item.inputs.iter().map(|a| a.var().clone()).collect();
-            let (item, comp) = (Arc::clone(item), compression.clone());
-            Engine::global().push("push", &reads, &[item.merge.var.clone()], priority, move || consume(&item, comp.as_deref()));
+        let _schedule = self.schedule.lock();
+        for batch in batches(items.iter().cloned(), |it| it.stored.size()) {
+            let reads: Vec<Var> = batch.iter().flat_map(|it| it.inputs.iter().map(|a| a.var().clone())).collect();
+            let writes: Vec<Var> = batch.iter().map(|it| it.merge.var.clone()).collect();
+            let comp = compression.clone();
+            Engine::global().push("push", &reads, &writes, priority, move || {
+                for item in &batch {
+                    consume(item, comp.as_deref());
+                }
+                Ok(())
+            });
         }
         // One apply per key: a failing updater or optimizer marks only its own key, and the
         // other keys of the call are still updated. Updates are serialised anyway.
@@ -553,15 +569,18 @@ fn compressed_reduce(item: &PushItem, c: &Compression, merged: &mut [f32]) -> cr
 
 /// The consume step of a push with an updater: `merged = Σ inputs` (compressed or not) into
 /// the key's merge buffer, reusing the previous push's buffer when it fits. This is the only
-/// step that reads the pushed arrays.
-fn consume(item: &PushItem, comp: Option<&Compression>) -> Result<(), BoxError> {
+/// step that reads the pushed arrays. A failure is left in the slot for the key's apply step
+/// to report, so it fails that key only, like a failed update.
+fn consume(item: &PushItem, comp: Option<&Compression>) {
     let mut slot = item.merge.slot.lock();
     let spare = match std::mem::replace(&mut *slot, Merged::Empty) {
         Merged::Spare(s) | Merged::Ready(s) => Some(s),
-        Merged::Empty => None,
+        Merged::Empty | Merged::Failed(_) => None,
     };
-    *slot = Merged::Ready(merge_values(spare, item, comp)?);
-    Ok(())
+    *slot = match merge_values(spare, item, comp) {
+        Ok(s) => Merged::Ready(s),
+        Err(e) => Merged::Failed(e),
+    };
 }
 
 /// The sum of a key's values, compressed or not, as a storage of the key's shape; written into
@@ -593,12 +612,13 @@ fn merge_values(spare: Option<Storage>, item: &PushItem, comp: Option<&Compressi
 }
 
 /// The apply step of a push with an updater: runs it on the consumed sum, then keeps the sum's
-/// buffer for the next consume. With no sum (the consume failed) it does nothing: the
-/// consume's error reaches the stored value through the merge buffer's var.
+/// buffer for the next consume. A failed consume fails the key instead.
 fn apply(updater: &UpdateFn, item: &PushItem) -> Result<(), BoxError> {
     let merged = match std::mem::replace(&mut *item.merge.slot.lock(), Merged::Empty) {
         Merged::Ready(s) => s,
-        _ => return Ok(()),
+        Merged::Failed(e) => return Err(e.into()),
+        // Cannot happen: the consume scheduled before this apply filled the slot.
+        Merged::Empty | Merged::Spare(_) => return Ok(()),
     };
     let (result, spare) = match updater {
         UpdateFn::Closure(f) => apply_updater(f, item, merged),
