@@ -318,9 +318,10 @@ impl LocalStore {
         // One apply per key: a failing updater or optimizer marks only its own key, and the
         // other keys of the call are still updated. Updates are serialised anyway.
         for item in items {
+            let reads = [item.merge.var.clone()];
             let writes = [item.stored.var().clone(), self.updater_var.clone()];
             let updater = updater.clone();
-            Engine::global().push("push", &[item.merge.var.clone()], &writes, priority, move || apply(&updater, &item));
+            Engine::global().push("push", &reads, &writes, priority, move || apply(&updater, &item));
         }
     }
 
