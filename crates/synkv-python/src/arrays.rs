@@ -210,18 +210,34 @@ impl<'py> Borrower<'py> {
     /// Python objects (`data`, `indices`).
     pub(crate) fn finish(self) -> PyResult<()> {
         for (obj, i) in &self.sparse_outs {
-            let nd = &self.arrays[*i];
-            if let Storage::RowSparse(RowSparse { indices, data }) = nd.storage_snapshot().map_err(ndarray_err)? {
-                let mut dims = nd.shape().dims().to_vec();
-                if let Some(first) = dims.first_mut() {
-                    *first = indices.len();
-                }
-                obj.setattr("data", buffer_to_numpy(self.py, &data, &dims)?)?;
-                obj.setattr("indices", PyArray1::from_vec(self.py, indices))?;
-            }
+            write_back_sparse(obj, &self.arrays[*i])?;
         }
         Ok(())
     }
+
+    /// Ends the call's borrows but keeps its arrays, for a call that returns before the engine
+    /// is done with them: the arrays (whose owner guards keep the Python memory alive) and the
+    /// row_sparse outputs to write back later with [`write_back_sparse`]. From here on the
+    /// rust-numpy borrow flags no longer protect the arrays; the caller must not touch them
+    /// until the engine has finished.
+    pub(crate) fn detach(self) -> (Vec<NDArray>, Vec<(Py<PyAny>, NDArray)>) {
+        let sparse = self.sparse_outs.iter().map(|(obj, i)| (obj.clone().unbind(), self.arrays[*i].clone())).collect();
+        (self.arrays, sparse)
+    }
+}
+
+/// Writes a row_sparse output (`nd`, whose operations have finished) back into its Python
+/// object (`data`, `indices`).
+pub(crate) fn write_back_sparse(obj: &Bound<'_, PyAny>, nd: &NDArray) -> PyResult<()> {
+    if let Storage::RowSparse(RowSparse { indices, data }) = nd.storage_snapshot().map_err(ndarray_err)? {
+        let mut dims = nd.shape().dims().to_vec();
+        if let Some(first) = dims.first_mut() {
+            *first = indices.len();
+        }
+        obj.setattr("data", buffer_to_numpy(obj.py(), &data, &dims)?)?;
+        obj.setattr("indices", PyArray1::from_vec(obj.py(), indices))?;
+    }
+    Ok(())
 }
 
 fn overlap(err: numpy::BorrowError) -> PyErr {

@@ -10,23 +10,29 @@
 //! Layout:
 //! - `store.rs` — `KVStore` (a `#[pyclass]` newtype over [`synkv::KVStore`]), `create`, and
 //!   closing the stores still alive at exit;
+//! - `request.rs` — `Request`, what a non-blocking (`block=False`) call returns;
 //! - `args.rs` — keys and the one / list / list-of-lists shape of values and outputs;
-//! - `arrays.rs` — borrowing NumPy / DLPack / buffer arrays without copying (the only `unsafe`);
+//! - `arrays.rs` — borrowing NumPy / DLPack / buffer arrays without copying (`unsafe`);
 //! - `updater.rs` — a Python callable as the store's updater, run on engine threads;
+//! - `views.rs` — lending a store buffer to that updater as NumPy views (`unsafe`, with
+//!   `arrays.rs`);
 //! - `errors.rs` — the exception classes and the one mapping from synkv errors to them.
 //!
 //! Every wait releases the GIL. No engine operation touches a caller's array after the call
 //! that borrowed it has returned.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_op_in_unsafe_fn)]
-// The one exception is `arrays::Borrower::wrap`, which wraps a borrowed NumPy buffer.
+// The exceptions, item by item: `arrays::Borrower::wrap`, which wraps a borrowed NumPy buffer,
+// and `views::{borrow, refcount}`, which lend a store buffer to NumPy.
 #![deny(unsafe_code)]
 
 mod args;
 mod arrays;
 mod errors;
+mod request;
 mod store;
 mod updater;
+mod views;
 
 use pyo3::prelude::*;
 
@@ -42,6 +48,7 @@ fn _drain(py: Python<'_>) {
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::PyKVStore>()?;
+    m.add_class::<request::PyRequest>()?;
     m.add_function(wrap_pyfunction!(store::create, m)?)?;
     m.add_function(wrap_pyfunction!(_drain, m)?)?;
     errors::register(m)?;

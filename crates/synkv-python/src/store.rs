@@ -4,11 +4,15 @@
 //! copying), calls the core with the GIL released, and — still without the GIL — waits until
 //! the engine is done with the borrowed arrays:
 //!
-//! - `init`, `push`: until the values have been read (the caller may then reuse them);
+//! - `init`, `push`: until the values have been read (the caller may then reuse them; with an
+//!   updater or optimizer that is before the update has run: the core consumes the values
+//!   into a merge buffer first);
 //! - `pull`, `pushpull`, `broadcast`, `row_sparse_pull`: until the outputs are written.
 //!
 //! So no engine operation touches a caller's memory after a method returns, and other Python
-//! threads run while one waits. The semantics (flattening, summing, updater order, errors)
+//! threads run while one waits. With `block=False`, `push`, `pull` and `pushpull` return a
+//! `synkv.Request` (`request.rs`) as soon as the work is scheduled instead; the request then
+//! keeps the arrays alive and does that wait in `Request.wait()`. The semantics (flattening, summing, updater order, errors)
 //! are the core's; see `spec/KVSTORE_SEMANTICS.md` K0–K6.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -24,6 +28,7 @@ use synkv::NDArray;
 use crate::args::{self, is_row_ids, Layout};
 use crate::arrays::{is_array_like, Borrower, Mode};
 use crate::errors::to_pyerr;
+use crate::request::PyRequest;
 use crate::updater::{check_not_inside, python_updater};
 
 /// A key-value store of n-d arrays (MXNet's `KVStore`); create one with `synkv.create`.
@@ -110,6 +115,30 @@ fn run<R: Send>(py: Python<'_>, arrays: &[NDArray], call: impl FnOnce() -> synkv
     .map_err(to_pyerr)
 }
 
+/// Runs `call` without the GIL and returns once its operations are scheduled (a
+/// [`PyRequest`] then waits for them). If it fails or panics, waits for `arrays` like [`run`]
+/// before raising, so nothing is left in flight.
+fn schedule<R: Send>(py: Python<'_>, arrays: &[NDArray], call: impl FnOnce() -> synkv::Result<R> + Send) -> PyResult<R> {
+    py.detach(|| match catch_unwind(AssertUnwindSafe(call)) {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) => {
+            let _ = wait_done(arrays);
+            Err(e)
+        }
+        Err(panic) => {
+            let _ = wait_done(arrays);
+            resume_unwind(panic)
+        }
+    })
+    .map_err(to_pyerr)
+}
+
+/// The request tracking a non-blocking call's borrowed arrays; `objects` are kept alive too.
+fn request(op: &'static str, b: Borrower<'_>, objects: &[&Bound<'_, PyAny>]) -> PyRequest {
+    let (arrays, sparse_outs) = b.detach();
+    PyRequest::new(op, arrays, sparse_outs, objects.iter().map(|o| (*o).clone().unbind()).collect())
+}
+
 fn outputs<'py>(b: &mut Borrower<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Layout> {
     args::layout(obj, is_array_like, |o| b.array(o, Mode::Output))
 }
@@ -136,20 +165,37 @@ impl PyKVStore {
     }
 
     /// Pushes values: the values of one key (a list, or the key repeated) are summed, then the
-    /// updater runs on the sum, or the sum is assigned. Returns once the values have been read.
-    #[pyo3(signature = (key, value, priority = 0))]
-    fn push(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, priority: Priority) -> PyResult<()> {
+    /// updater runs on the sum, or the sum is assigned. Returns once the values have been read
+    /// (the caller may overwrite them), which with an updater or optimizer is before the update
+    /// has run. With `block=False` returns a `synkv.Request` at once instead; do not write the
+    /// values until it is done.
+    #[pyo3(signature = (key, value, priority = 0, *, block = true))]
+    fn push(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        priority: Priority,
+        block: bool,
+    ) -> PyResult<Option<PyRequest>> {
         check_not_inside("push")?;
         let keys = args::keys(key)?;
         let mut b = Borrower::new(py);
         let vals = values(&mut b, value)?;
         let all = b.arrays();
-        run(py, all, || self.kv().push_with_priority(keys, vals.arrays(all), priority))
+        let call = || self.kv().push_with_priority(keys, vals.arrays(all), priority);
+        if block {
+            run(py, all, call)?;
+            return Ok(None);
+        }
+        schedule(py, all, call)?;
+        Ok(Some(request("push", b, &[value])))
     }
 
     /// Pulls values into `out` (a list of outputs for one key: each gets the value), in place.
-    /// With `ignore_sparse` (the default) row_sparse outputs are skipped with a warning.
-    #[pyo3(signature = (key, out = None, priority = 0, ignore_sparse = true))]
+    /// With `ignore_sparse` (the default) row_sparse outputs are skipped with a warning. With
+    /// `block=False` returns a `synkv.Request` at once; `out` is written when it is done.
+    #[pyo3(signature = (key, out = None, priority = 0, ignore_sparse = true, *, block = true))]
     fn pull(
         &self,
         py: Python<'_>,
@@ -157,14 +203,23 @@ impl PyKVStore {
         out: Option<&Bound<'_, PyAny>>,
         priority: Priority,
         ignore_sparse: bool,
-    ) -> PyResult<()> {
+        block: bool,
+    ) -> PyResult<Option<PyRequest>> {
         check_not_inside("pull")?;
         let keys = args::keys(key)?;
+        let out = required(out, "pull", "out")?;
         let mut b = Borrower::new(py);
-        let outs = outputs(&mut b, required(out, "pull", "out")?)?;
+        let outs = outputs(&mut b, out)?;
         let all = b.arrays();
-        let report = run(py, all, || self.kv().pull_with(keys, outs.arrays(all), PullOptions { priority, ignore_sparse }))?;
-        b.finish()?;
+        let call = || self.kv().pull_with(keys, outs.arrays(all), PullOptions { priority, ignore_sparse });
+        let (report, pending) = if block {
+            let report = run(py, all, call)?;
+            b.finish()?;
+            (report, None)
+        } else {
+            let report = schedule(py, all, call)?;
+            (report, Some(request("pull", b, &[out])))
+        };
         if !report.is_complete() {
             let keys: Vec<String> = report.skipped_sparse.iter().map(|k| k.to_string()).collect();
             let msg = format!(
@@ -173,11 +228,13 @@ impl PyKVStore {
             );
             PyErr::warn(py, &py.get_type::<PyUserWarning>(), &std::ffi::CString::new(msg)?, 1)?;
         }
-        Ok(())
+        Ok(pending)
     }
 
     /// Push then pull as one call. With `out=None` the result is written back into `value`.
-    #[pyo3(signature = (key, value, out = None, priority = 0))]
+    /// With `block=False` returns a `synkv.Request` at once; touch neither `value` nor `out`
+    /// until it is done.
+    #[pyo3(signature = (key, value, out = None, priority = 0, *, block = true))]
     fn pushpull(
         &self,
         py: Python<'_>,
@@ -185,24 +242,31 @@ impl PyKVStore {
         value: &Bound<'_, PyAny>,
         out: Option<&Bound<'_, PyAny>>,
         priority: Priority,
-    ) -> PyResult<()> {
+        block: bool,
+    ) -> PyResult<Option<PyRequest>> {
         check_not_inside("pushpull")?;
         let keys = args::keys(key)?;
         let mut b = Borrower::new(py);
-        match out {
-            None => {
-                let vals = outputs(&mut b, value)?;
-                let all = b.arrays();
-                run(py, all, || self.kv().pushpull_in_place_with_priority(keys, vals.arrays(all), priority))?;
-            }
+        let (vals, outs) = match out {
+            None => (outputs(&mut b, value)?, None),
             Some(out) => {
                 let outs = outputs(&mut b, out)?;
-                let vals = values(&mut b, value)?;
-                let all = b.arrays();
-                run(py, all, || self.kv().pushpull_with_priority(keys, vals.arrays(all), outs.arrays(all), priority))?;
+                (values(&mut b, value)?, Some(outs))
             }
+        };
+        let all = b.arrays();
+        let call = || match &outs {
+            None => self.kv().pushpull_in_place_with_priority(keys, vals.arrays(all), priority),
+            Some(outs) => self.kv().pushpull_with_priority(keys, vals.arrays(all), outs.arrays(all), priority),
+        };
+        if block {
+            run(py, all, call)?;
+            b.finish()?;
+            return Ok(None);
         }
-        b.finish()
+        schedule(py, all, call)?;
+        let objects: Vec<&Bound<'_, PyAny>> = std::iter::once(value).chain(out).collect();
+        Ok(Some(request("pushpull", b, &objects)))
     }
 
     /// `init(key, value)` then `pull(key, out)`: the value reaches every output. Each key can be

@@ -1,13 +1,20 @@
 //! A Python callable as the store's updater.
 //!
 //! The core calls the updater on an engine thread with `(key, merged input, stored value)`.
-//! [`python_updater`] attaches to Python there (taking the GIL), hands the callable the key (an
-//! `int` or a `str`, as given by the user) and two NumPy arrays holding the merged input and
-//! the stored value, then writes the stored array back into the store. The arrays are copies
-//! (the core does not expose its stored buffer), valid during the call only: the callable
-//! must change `stored` in place (`stored += ...`, `stored[:] = ...`); changes made after it
-//! returns are lost. Row-sparse values arrive densified; a row-sparse key then keeps the rows
-//! it had plus every non-zero row. bfloat16 values arrive as float32 and are rounded back.
+//! [`python_updater`] attaches to Python there (taking the GIL) and hands the callable the key
+//! (an `int` or a `str`, as given by the user) and two NumPy arrays:
+//!
+//! - dense values (float32/64, float16, int32/64) arrive as **views, not copies**: `stored` is
+//!   a writable view of the store's own buffer and `input` a read-only view of the summed
+//!   input, lent by the core (`NDArray::with_dense_mut`) and moved into Python objects for the
+//!   call (`views.rs`). `stored += input * 3` updates the store in place, with no copy back.
+//!   They are valid during the call only: a view kept afterwards does not crash, it holds a
+//!   detached copy-on-escape of the memory (the store then keeps a copy), so later writes
+//!   through it do not reach the store;
+//! - row-sparse values arrive as dense copies and are written back (a row-sparse key keeps the
+//!   rows it had plus every non-zero row); bfloat16 values as float32 copies, rounded back.
+//!
+//! Either way the callable must change `stored` in place (`stored += ...`, `stored[:] = ...`).
 //!
 //! An exception raised by the callable fails that key's update: the next pull of the key (or
 //! `wait_all`) raises `UpdaterError` with the exception as `__cause__`; the key keeps its last
@@ -25,6 +32,7 @@ use synkv::{Context, DType, Key, NDArray, StorageType};
 
 use crate::arrays::{Borrower, Mode};
 use crate::errors::{ndarray_err, KVStoreError, PythonError};
+use crate::views::{can_lend, Loan};
 
 thread_local! {
     static INSIDE: Cell<bool> = const { Cell::new(false) };
@@ -90,6 +98,10 @@ fn call(py: Python<'_>, callback: &Bound<'_, PyAny>, key: &Key, merged: &NDArray
         Key::Int(i) => i.into_pyobject(py)?.into_any(),
         Key::Str(s) => PyString::new(py, s).into_any(),
     };
+    let dense = |a: &NDArray| a.storage_type() == StorageType::Dense && can_lend(a.dtype());
+    if dense(merged) && dense(stored) && merged.dtype() == stored.dtype() {
+        return call_with_views(py, callback, &key, merged, stored);
+    }
     let input = to_numpy(py, merged)?;
     let value = to_numpy(py, stored)?;
     {
@@ -97,6 +109,40 @@ fn call(py: Python<'_>, callback: &Bound<'_, PyAny>, key: &Key, merged: &NDArray
         callback.call1((key, &input, &value))?;
     }
     write_back(py, &value, stored)
+}
+
+/// Calls `callback(key, input, stored)` with NumPy views of the summed input (read-only) and
+/// the stored value (writable), lent for the call without copying.
+fn call_with_views(
+    py: Python<'_>,
+    callback: &Bound<'_, PyAny>,
+    key: &Bound<'_, PyAny>,
+    merged: &NDArray,
+    stored: &NDArray,
+) -> PyResult<()> {
+    let dims = stored.shape().dims().to_vec();
+    let lent = merged.with_dense_mut(|input_buf| {
+        stored.with_dense_mut(|stored_buf| -> PyResult<()> {
+            let input = Loan::start(py, input_buf)?;
+            let value = match Loan::start(py, stored_buf) {
+                Ok(loan) => loan,
+                Err(e) => {
+                    *input_buf = input.finish()?;
+                    return Err(e);
+                }
+            };
+            let outcome = (|| {
+                let args = (key, input.view(&dims, false)?, value.view(&dims, true)?);
+                let _inside = Inside::enter();
+                callback.call1(args).map(drop)
+            })();
+            // The views are dropped: the buffers come back as they are, unless one escaped.
+            *stored_buf = value.finish()?;
+            *input_buf = input.finish()?;
+            outcome
+        })
+    });
+    lent.and_then(|r| r).map_err(ndarray_err)?
 }
 
 /// A dense NumPy copy of `nd` (float32 for bfloat16).

@@ -21,14 +21,18 @@ The API mirrors ``mxnet.kv`` (names, arguments, semantics). Differences worth kn
   read-only, misaligned or byte-swapped) is copied first.
 * Supported dtypes: float32, float64, float16 (int32/int64 for row ids). bfloat16 is not
   supported from Python (numpy has no bfloat16).
-* ``push`` returns once its values have been read (you may reuse them at once);
-  ``pull``/``pushpull``/``broadcast``/``row_sparse_pull`` return once their outputs are
-  written. The GIL is released meanwhile, so other threads run. Do not write to an array from
-  another thread while a call that uses it is running.
+* ``push`` returns once its values have been read (you may reuse them at once), before the
+  updater or optimizer has run; ``pull``/``pushpull``/``broadcast``/``row_sparse_pull``
+  return once their outputs are written. The GIL is released meanwhile, so other threads
+  run. Do not write to an array from another thread while a call that uses it is running.
+* ``push``/``pull``/``pushpull`` take ``block=False`` and then return a :class:`Request` at
+  once: ``req.wait()`` (releases the GIL, raises the call's error) and ``req.done()``. Leave
+  the arrays alone until it has completed.
 * Row-sparse values are :class:`RowSparseNDArray` objects.
 * Updaters get ``(key, input, stored)`` with int keys as ``int`` and str keys as ``str`` (MXNet
-  passes ``bytes``); ``input`` and ``stored`` are numpy arrays valid during the call only, and
-  the updater must change ``stored`` in place. An exception in the updater is raised (as
+  passes ``bytes``); ``input`` and ``stored`` are numpy views of the store's buffers
+  (read-only and writable), valid during the call only, and the updater must change
+  ``stored`` in place. An exception in the updater is raised (as
   :class:`UpdaterError`, with the exception as ``__cause__``) by the next ``pull`` of that key
   or by ``wait_all``.
 * Errors are :class:`KVStoreError` or one of its subclasses.
@@ -58,6 +62,7 @@ from ._native import (
     KVStoreKeyError,
     KVStoreShapeError,
     KVStoreUnsupportedError,
+    Request,
     UpdaterError,
     create,
 )
@@ -71,6 +76,7 @@ __all__ = [
     "KVStoreKeyError",
     "KVStoreShapeError",
     "KVStoreUnsupportedError",
+    "Request",
     "RowSparseNDArray",
     "UpdaterError",
     "create",

@@ -1,7 +1,7 @@
 """Type stubs of synkv's native module (``synkv._native``); import these names from ``synkv``."""
 
 import os
-from typing import Any, Callable, Optional, Protocol, Sequence, Union
+from typing import Any, Callable, Literal, Optional, Protocol, Sequence, Union, overload
 
 import numpy as np
 
@@ -29,7 +29,9 @@ Array = Union[np.ndarray, _SupportsDLPack, memoryview, bytearray, _RowSparse]
 Arrays = Union[Array, Sequence[Array], Sequence[Sequence[Array]]]
 Key = Union[int, str]
 Keys = Union[Key, Sequence[Key]]
-#: ``updater(key, input, stored)``: change ``stored`` (a numpy array) in place.
+#: ``updater(key, input, stored)``: change ``stored`` in place. For dense keys ``stored`` is a
+#: writable numpy view of the store's own buffer and ``input`` a read-only view of the summed
+#: push, valid during the call (a view kept afterwards is detached from the store).
 Updater = Callable[[Key, np.ndarray, np.ndarray], Any]
 RowIds = Union[Array, Sequence[int], Sequence[Array], Sequence[Sequence[Array]]]
 
@@ -51,12 +53,26 @@ class KVStoreUnsupportedError(KVStoreError):
 class UpdaterError(KVStoreError):
     """The updater raised (see ``__cause__``) or left the stored value unusable."""
 
+class Request:
+    """A non-blocking call in flight: what ``push``/``pull``/``pushpull`` return with
+    ``block=False``. It keeps the call's arrays alive until it has completed; do not write
+    its values or read its outputs before then."""
+
+    def wait(self) -> None:
+        """Waits (releasing the GIL) until the call is done with its arrays: values consumed,
+        outputs written. Raises the call's error (a :class:`KVStoreError`), every time."""
+    def done(self) -> bool:
+        """Whether the call has completed (``wait()`` then returns or raises at once); never
+        blocks."""
+
 class KVStore:
     """A key-value store of n-d arrays (MXNet's ``KVStore``); create one with :func:`create`.
 
     Every method borrows its arrays without copying, releases the GIL while it works or
     waits, and returns once the store is done with the arrays: ``init``/``push`` once the
-    values have been read, the others once the outputs are written.
+    values have been read (with an updater or optimizer, before the update has run), the
+    others once the outputs are written. ``push``, ``pull`` and ``pushpull`` take
+    ``block=False`` to return a :class:`Request` at once instead.
     """
 
     @property
@@ -70,14 +86,41 @@ class KVStore:
         """The number of workers (1 for in-process stores)."""
     def init(self, key: Keys, value: Arrays) -> None:
         """Initialises keys with values (copied). Each key is initialised once."""
-    def push(self, key: Keys, value: Arrays, priority: int = 0) -> None:
+    @overload
+    def push(self, key: Keys, value: Arrays, priority: int = 0, *, block: Literal[True] = True) -> None: ...
+    @overload
+    def push(self, key: Keys, value: Arrays, priority: int = 0, *, block: Literal[False]) -> Request: ...
+    def push(self, key: Keys, value: Arrays, priority: int = 0, *, block: bool = True) -> Optional[Request]:
         """Pushes values: the values of one key are summed, then the updater runs on the sum
-        (or the sum is assigned). Returns once the values have been read."""
-    def pull(self, key: Keys, out: Optional[Arrays] = None, priority: int = 0, ignore_sparse: bool = True) -> None:
+        (or the sum is assigned). Returns once the values have been read (you may overwrite
+        them), before the update has run. ``block=False``: returns a :class:`Request` at once."""
+    @overload
+    def pull(
+        self, key: Keys, out: Optional[Arrays] = None, priority: int = 0, ignore_sparse: bool = True, *, block: Literal[True] = True
+    ) -> None: ...
+    @overload
+    def pull(
+        self, key: Keys, out: Optional[Arrays] = None, priority: int = 0, ignore_sparse: bool = True, *, block: Literal[False]
+    ) -> Request: ...
+    def pull(
+        self, key: Keys, out: Optional[Arrays] = None, priority: int = 0, ignore_sparse: bool = True, *, block: bool = True
+    ) -> Optional[Request]:
         """Pulls values into ``out`` in place (a list of outputs for one key: each gets the
-        value). With ``ignore_sparse`` row-sparse outputs are skipped with a warning."""
-    def pushpull(self, key: Keys, value: Arrays, out: Optional[Arrays] = None, priority: int = 0) -> None:
-        """Push then pull as one call; with ``out=None`` the result is written into ``value``."""
+        value). With ``ignore_sparse`` row-sparse outputs are skipped with a warning.
+        ``block=False``: returns a :class:`Request`; ``out`` is written once it is done."""
+    @overload
+    def pushpull(
+        self, key: Keys, value: Arrays, out: Optional[Arrays] = None, priority: int = 0, *, block: Literal[True] = True
+    ) -> None: ...
+    @overload
+    def pushpull(
+        self, key: Keys, value: Arrays, out: Optional[Arrays] = None, priority: int = 0, *, block: Literal[False]
+    ) -> Request: ...
+    def pushpull(
+        self, key: Keys, value: Arrays, out: Optional[Arrays] = None, priority: int = 0, *, block: bool = True
+    ) -> Optional[Request]:
+        """Push then pull as one call; with ``out=None`` the result is written into ``value``.
+        ``block=False``: returns a :class:`Request` at once."""
     def broadcast(self, key: Keys, value: Arrays, out: Arrays, priority: int = 0) -> None:
         """``init(key, value)`` then ``pull(key, out)``."""
     def row_sparse_pull(self, key: Keys, out: Optional[Arrays] = None, priority: int = 0, row_ids: Optional[RowIds] = None) -> None:

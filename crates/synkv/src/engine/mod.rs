@@ -22,6 +22,8 @@
 //! written counts), else `Ok`. Every var it writes then records that outcome: an error
 //! propagates down the dataflow, and a later successful write clears it. No op is ever skipped.
 //! [`Engine::wait_to_read`] / [`Engine::wait_to_write`] return and clear a var's recorded error;
+//! [`Engine::begin_wait_to_write`] starts the same wait as `wait_to_write` without blocking
+//! (a [`PendingWait`] to poll or finish later; front-ends build non-blocking calls on it).
 //! [`Engine::wait_all`] returns and clears the first error (in completion order) that an op raised
 //! itself since the previous `wait_all`; errors merely propagated from a read var are not logged
 //! again.
@@ -70,5 +72,5 @@ mod tests;
 
 pub use error::{BoxError, Error};
 pub use op::{Completion, Priority};
-pub use scheduler::Engine;
+pub use scheduler::{Engine, PendingWait};
 pub use var::Var;

@@ -141,6 +141,22 @@ impl Engine {
         wait_var(var, true)
     }
 
+    /// Starts a [`wait_to_write`](Engine::wait_to_write) without blocking: the returned
+    /// [`PendingWait`] completes once every read and write of `var` pushed before this call
+    /// has completed, and then holds (having cleared it) the var's error.
+    ///
+    /// The wait is queued on the var like an op: ops pushed on `var` after this call are
+    /// granted after it, so they never delay it (and it delays them only by the ordering a
+    /// write would impose). Dropping the `PendingWait` unfinished discards the error it
+    /// would have returned.
+    ///
+    /// # Panics
+    /// When called from inside an unfinished op that reads or writes `var` (a certain deadlock).
+    pub fn begin_wait_to_write(&self, var: &Var) -> PendingWait {
+        check_wait_from_op(var, true, "begin_wait_to_write");
+        PendingWait(var.begin_wait(true))
+    }
+
     /// Waits until every operation pushed before this call has completed; returns (and clears) the first error raised since the last `wait_all`.
     ///
     /// This waits until the engine has no unfinished op, so ops other threads push meanwhile
@@ -165,19 +181,49 @@ impl Engine {
 }
 
 fn wait_var(var: &Var, write: bool) -> Result<(), Error> {
+    check_wait_from_op(var, write, if write { "wait_to_write" } else { "wait_to_read" });
+    PendingWait(var.begin_wait(write)).wait()
+}
+
+/// Panics when the calling thread runs an unfinished op that must finish before a wait on
+/// `var` can (a certain deadlock).
+fn check_wait_from_op(var: &Var, write: bool, what: &str) {
     if let Some(op) = pool::running_op() {
         if !op.is_finished() && op.blocks_wait(var, write) {
             panic!(
-                "synkv engine: `{}` called from inside operation `{}`, which uses that var and \
+                "synkv engine: `{what}` called from inside operation `{}`, which uses that var and \
                  must finish first (deadlock)",
-                if write { "wait_to_write" } else { "wait_to_read" },
                 op.name
             );
         }
     }
-    match var.begin_wait(write) {
-        WaitStart::Done(result) => result,
-        WaitStart::Pending(waiter) => waiter.wait(),
+}
+
+/// A wait started by [`Engine::begin_wait_to_write`]: poll it with
+/// [`is_done`](PendingWait::is_done), or block with [`wait`](PendingWait::wait).
+pub struct PendingWait(WaitStart);
+
+impl PendingWait {
+    /// Whether the wait has completed (then [`wait`](PendingWait::wait) returns at once).
+    pub fn is_done(&self) -> bool {
+        match &self.0 {
+            WaitStart::Done(_) => true,
+            WaitStart::Pending(waiter) => waiter.is_granted(),
+        }
+    }
+
+    /// Blocks until the wait completes; returns the var's error recorded at that moment.
+    pub fn wait(self) -> Result<(), Error> {
+        match self.0 {
+            WaitStart::Done(result) => result,
+            WaitStart::Pending(waiter) => waiter.wait(),
+        }
+    }
+}
+
+impl fmt::Debug for PendingWait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingWait").field("done", &self.is_done()).finish()
     }
 }
 

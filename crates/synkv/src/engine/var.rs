@@ -159,6 +159,11 @@ impl Waiter {
         self.cv.notify_one();
     }
 
+    /// Whether it has been granted (a later [`Waiter::wait`] returns at once).
+    pub(crate) fn is_granted(&self) -> bool {
+        self.slot.lock().is_some()
+    }
+
     /// Blocks until granted; returns the var's error at that moment (which the grant cleared).
     pub(crate) fn wait(&self) -> Result<(), Error> {
         let mut slot = self.slot.lock();

@@ -160,6 +160,11 @@ impl NDArray {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
+    /// Whether another handle to this array exists.
+    pub(crate) fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.inner) > 1
+    }
+
     /// The engine variable that orders operations on this array.
     pub fn var(&self) -> &Var {
         &self.inner.var
@@ -186,6 +191,39 @@ impl NDArray {
     /// Blocks until every pending read and write of this array has completed.
     pub fn wait_to_write(&self) -> Result<()> {
         Engine::global().wait_to_write(&self.inner.var).map_err(Error::from)
+    }
+
+    /// Lends the dense buffer to `f`, after pending reads and writes of this array complete.
+    ///
+    /// `f` may change the elements in place, or move the buffer out (to lend its memory to
+    /// another runtime without copying, as the Python updater does) provided it puts back a
+    /// buffer of the same dtype and length. A buffer that does not fit is replaced by zeros and
+    /// reported as an error, so the array's shape and dtype always describe its data. A
+    /// row_sparse array is an error.
+    ///
+    /// `f` runs with the array's data locked: it must not use this array (or a clone of it).
+    pub fn with_dense_mut<R>(&self, f: impl FnOnce(&mut Buffer) -> R) -> Result<R> {
+        let op = "with_dense_mut";
+        if self.storage_type() != StorageType::Dense {
+            return Err(Error::UnsupportedStorage { op, stype: self.storage_type(), hint: "; use a dense array" });
+        }
+        self.wait_to_write()?;
+        let mut data = self.storage_mut();
+        let Some(buf) = data.dense_mut() else {
+            return Err(Error::UnsupportedStorage { op, stype: StorageType::RowSparse, hint: "; use a dense array" });
+        };
+        let out = f(buf);
+        if buf.dtype() != self.dtype() {
+            let got = buf.dtype();
+            *buf = Buffer::zeros(self.dtype(), self.size());
+            return Err(Error::DTypeMismatch { op, lhs: self.dtype(), rhs: got });
+        }
+        if buf.len() != self.size() {
+            let got = buf.len();
+            *buf = Buffer::zeros(self.dtype(), self.size());
+            return Err(Error::LengthMismatch { op, shape: self.shape().clone(), expected: self.size(), got });
+        }
+        Ok(out)
     }
 
     /// The elements, densified and converted to `T`, after pending writes complete.
@@ -375,6 +413,32 @@ mod tests {
         let a = NDArray::full([2, 3], 2.0);
         assert_eq!(a.to_string(), "[\n [2 2 2]\n [2 2 2]\n]");
         assert_eq!(NDArray::from_vec([3], vec![1.5f32, 0.0, -2.0]).unwrap().to_string(), "[1.5 0 -2]");
+    }
+
+    #[test]
+    fn with_dense_mut_lends_the_buffer_and_keeps_the_invariants() {
+        let a = NDArray::from_vec([3], vec![1.0f32, 2.0, 3.0]).unwrap();
+        // moved out and put back: no copy, the values survive
+        let n = a
+            .with_dense_mut(|b| {
+                let taken = std::mem::replace(b, Buffer::from_vec(Vec::<f32>::new()));
+                let n = taken.len();
+                *b = taken;
+                n
+            })
+            .unwrap();
+        assert_eq!(n, 3);
+        a.with_dense_mut(|b| b.assign_cast(&Buffer::from_vec(vec![4.0f32, 5.0, 6.0]))).unwrap();
+        assert_eq!(a.to_vec::<f32>().unwrap(), vec![4.0, 5.0, 6.0]);
+        // a buffer that does not fit is refused and replaced by zeros
+        let err = a.with_dense_mut(|b| *b = Buffer::from_vec(vec![1.0f32])).unwrap_err();
+        assert!(matches!(err, Error::LengthMismatch { expected: 3, got: 1, .. }), "{err:?}");
+        assert_eq!(a.to_vec::<f32>().unwrap(), vec![0.0; 3]);
+        let err = a.with_dense_mut(|b| *b = Buffer::from_vec(vec![1.0f64; 3])).unwrap_err();
+        assert!(matches!(err, Error::DTypeMismatch { .. }), "{err:?}");
+        assert_eq!(a.dtype(), DType::F32);
+        let rs = NDArray::row_sparse_zeros([2, 2], DType::F32, Context::cpu(0));
+        assert!(rs.with_dense_mut(|_| ()).is_err());
     }
 
     #[test]

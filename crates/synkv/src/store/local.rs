@@ -4,11 +4,21 @@
 //! the store's key kind, and the updater. A call validates everything under the state lock
 //! (so a rejected call changes nothing), then schedules engine operations and returns:
 //!
-//! - push: per key, `stored = Σ values` (assign, fused into one pass) or, with an updater,
-//!   `merged = Σ values; updater(key, merged, stored)`. Small keys are batched into one
-//!   operation (up to [`BATCH_ELEMS`] elements), big keys get one operation each so they can
-//!   overlap; with an updater every key gets its own operation. Updater calls are serialised through one engine var, so they run one at a time,
-//!   in ascending key order within a call and in call order across calls (spec K3.3).
+//! - push: per key, `stored = Σ values` (assign, fused into one pass). Small keys are batched
+//!   into one operation (up to [`BATCH_ELEMS`] elements), big keys get one operation each so
+//!   they can overlap.
+//! - push with an updater or optimizer: two operations per key. *Consume* reads the pushed
+//!   arrays and writes `merged = Σ values` into the key's [`MergeBuf`]; *apply* reads the merge
+//!   buffer and runs `updater(key, merged, stored)`. Waiting on a pushed array therefore
+//!   returns once it has been consumed, before the update ran, so a caller may reuse its
+//!   arrays early and pushes of many keys pipeline. A call schedules all its consumes before
+//!   its applies. Apply operations are serialised through one engine var, so updates run one
+//!   at a time, in ascending key order within a call and in call order across calls (spec
+//!   K3.3); per key, consume and apply keep push order through the merge buffer's var and the
+//!   stored value's var. Small keys are consumed in batches (as assigns are); a failed sum
+//!   (gradient compression) fails only its key, reported by its apply operation. The cost is
+//!   one copy of each pushed value into the merge buffer, which one op could skip by reading
+//!   a single value in place (see BENCHMARKS.md).
 //! - pull: per key, copy the stored value into every output (converting dtypes). A failed
 //!   update of a key is reported once, on the outputs of the next pull of it (the pull takes
 //!   the error from the key), and by `wait_all`; the key keeps its last good value.
@@ -27,7 +37,7 @@ use smallvec::SmallVec;
 use super::kvstore::{PullReport, Updater};
 use super::{Error, Key, KeyKind};
 use crate::compression::{GradientCompression, Residuals};
-use crate::engine::{Engine, Priority, Var};
+use crate::engine::{BoxError, Engine, Priority, Var};
 use crate::ndarray::{sparse, Buffer, RowSparse, Storage};
 use crate::optimizer::{self, GradRef, WeightMut};
 use crate::{Context, NDArray, StorageType};
@@ -43,6 +53,33 @@ struct Entry {
     stored: NDArray,
     /// Sort order: the int key itself, or the init order of a str key (spec K1.4, K3.3).
     order: i64,
+    merge: Arc<MergeBuf>,
+}
+
+/// A key's merge buffer (MXNet's `merge_buf_`): where a push with an updater leaves the sum of
+/// its inputs between the consume operation (which writes [`MergeBuf::var`]) and the apply
+/// operation (which reads it). The buffer is kept between pushes and reused, so a steady
+/// training loop allocates nothing; it is allocated on the key's first such push.
+struct MergeBuf {
+    var: Var,
+    slot: Mutex<Merged>,
+}
+
+enum Merged {
+    /// Nothing to apply, no buffer to reuse (before the first push).
+    Empty,
+    /// A consumed sum, waiting for its apply operation.
+    Ready(Storage),
+    /// The consume failed: its apply operation reports this instead of updating.
+    Failed(crate::Error),
+    /// The last sum, already applied: its memory is reused by the next consume.
+    Spare(Storage),
+}
+
+impl MergeBuf {
+    fn new() -> Arc<MergeBuf> {
+        Arc::new(MergeBuf { var: Var::new(), slot: Mutex::new(Merged::Empty) })
+    }
 }
 
 /// A key of one call, its stored array, and the arrays given for it.
@@ -50,6 +87,7 @@ struct Group<'a> {
     key: Key,
     order: i64,
     stored: NDArray,
+    merge: Arc<MergeBuf>,
     arrays: SmallVec<[&'a NDArray; 4]>,
 }
 
@@ -84,11 +122,16 @@ pub(crate) struct LocalStore {
     state: Mutex<State>,
     /// Written by every operation that calls the updater: serialises updater calls.
     updater_var: Var,
+    /// Held while a push with an updater enqueues its consume and apply operations, so that
+    /// concurrent pushes of one key cannot interleave them (a second consume would overwrite
+    /// the first one's sum before it was applied).
+    schedule: Mutex<()>,
 }
 
 struct PushItem {
     key: Key,
     stored: NDArray,
+    merge: Arc<MergeBuf>,
     inputs: SmallVec<[NDArray; 4]>,
 }
 
@@ -112,7 +155,7 @@ struct PullItem {
 
 impl LocalStore {
     pub(crate) fn new() -> LocalStore {
-        LocalStore { state: Mutex::new(State::default()), updater_var: Var::new() }
+        LocalStore { state: Mutex::new(State::default()), updater_var: Var::new(), schedule: Mutex::new(()) }
     }
 
     /// Checks that every key has the store's kind (or one kind, if none is fixed yet).
@@ -153,7 +196,7 @@ impl LocalStore {
                 }
             };
             let stored = NDArray::from_storage(value.shape().clone(), Context::cpu(0), storage);
-            state.entries.insert(key, Entry { stored, order });
+            state.entries.insert(key, Entry { stored, order, merge: MergeBuf::new() });
         }
         Ok(())
     }
@@ -162,20 +205,26 @@ impl LocalStore {
     /// of one key keep their order in the call).
     fn group<'a>(state: &State, op: &'static str, pairs: Vec<(Key, &'a NDArray)>) -> Result<Vec<Group<'a>>, Error> {
         Self::check_kinds(state, op, pairs.iter().map(|p| &p.0))?;
-        let mut found: Vec<(i64, Key, &'a NDArray, &NDArray)> = Vec::with_capacity(pairs.len());
+        let mut found: Vec<(i64, Key, &'a NDArray, &Entry)> = Vec::with_capacity(pairs.len());
         for (key, arr) in pairs {
             let entry = state.entries.get(&key).ok_or_else(|| Error::NotInitialized { op, key: key.clone() })?;
-            found.push((entry.order, key, arr, &entry.stored));
+            found.push((entry.order, key, arr, entry));
         }
         // Stable: the arrays of one key stay in call order.
         if !found.windows(2).all(|w| w[0].0 < w[1].0) {
             found.sort_by_key(|f| f.0);
         }
         let mut groups: Vec<Group<'a>> = Vec::with_capacity(found.len());
-        for (order, key, arr, stored) in found {
+        for (order, key, arr, entry) in found {
             match groups.last_mut() {
                 Some(g) if g.order == order => g.arrays.push(arr),
-                _ => groups.push(Group { key, order, stored: stored.clone(), arrays: smallvec::smallvec![arr] }),
+                _ => groups.push(Group {
+                    key,
+                    order,
+                    stored: entry.stored.clone(),
+                    merge: Arc::clone(&entry.merge),
+                    arrays: smallvec::smallvec![arr],
+                }),
             }
         }
         Ok(groups)
@@ -237,7 +286,7 @@ impl LocalStore {
         };
         let items = groups
             .into_iter()
-            .map(|g| PushItem { key: g.key, stored: g.stored, inputs: g.arrays.into_iter().cloned().collect() })
+            .map(|g| PushItem { key: g.key, stored: g.stored, merge: g.merge, inputs: g.arrays.into_iter().cloned().collect() })
             .collect();
         Ok(PreparedPush { items, updater, compression })
     }
@@ -245,39 +294,44 @@ impl LocalStore {
     /// Schedules a validated push.
     pub(crate) fn schedule_push(&self, prepared: PreparedPush, priority: Priority) {
         let PreparedPush { items, updater, compression } = prepared;
-        if updater.is_some() {
-            // One operation per key: a failing updater or optimizer marks only its own key, and
-            // the other keys of the call are still updated. Updates are serialised anyway.
-            for item in items {
-                self.schedule_push_batch(vec![item], updater.clone(), compression.clone(), priority);
+        let Some(updater) = updater else {
+            for batch in batches(items.into_iter(), |it| it.stored.size()) {
+                self.schedule_assign(batch, compression.clone(), priority);
             }
             return;
+        };
+        // Every consume first, so that the call's inputs are released as early as possible;
+        // small keys are consumed in batches, like assigns.
+        let items: Vec<Arc<PushItem>> = items.into_iter().map(Arc::new).collect();
+        let _schedule = self.schedule.lock();
+        for batch in batches(items.iter().cloned(), |it| it.stored.size()) {
+            let reads: Vec<Var> = batch.iter().flat_map(|it| it.inputs.iter().map(|a| a.var().clone())).collect();
+            let writes: Vec<Var> = batch.iter().map(|it| it.merge.var.clone()).collect();
+            let comp = compression.clone();
+            Engine::global().push("push", &reads, &writes, priority, move || {
+                for item in &batch {
+                    consume(item, comp.as_deref());
+                }
+                Ok(())
+            });
         }
-        for batch in batches(items.into_iter(), |it| it.stored.size()) {
-            self.schedule_push_batch(batch, None, compression.clone(), priority);
+        // One apply per key: a failing updater or optimizer marks only its own key, and the
+        // other keys of the call are still updated. Updates are serialised anyway.
+        for item in items {
+            let reads = [item.merge.var.clone()];
+            let writes = [item.stored.var().clone(), self.updater_var.clone()];
+            let updater = updater.clone();
+            Engine::global().push("push", &reads, &writes, priority, move || apply(&updater, &item));
         }
     }
 
-    fn schedule_push_batch(
-        &self,
-        items: Vec<PushItem>,
-        updater: Option<UpdateFn>,
-        compression: Option<Arc<Compression>>,
-        priority: Priority,
-    ) {
+    /// One operation assigning the sums of a batch of keys (no updater).
+    fn schedule_assign(&self, items: Vec<PushItem>, compression: Option<Arc<Compression>>, priority: Priority) {
         let reads: Vec<Var> = items.iter().flat_map(|it| it.inputs.iter().map(|a| a.var().clone())).collect();
-        let mut writes: Vec<Var> = items.iter().map(|it| it.stored.var().clone()).collect();
-        if updater.is_some() {
-            writes.push(self.updater_var.clone());
-        }
+        let writes: Vec<Var> = items.iter().map(|it| it.stored.var().clone()).collect();
         Engine::global().push("push", &reads, &writes, priority, move || {
             for item in &items {
-                let comp = compression.as_deref();
-                match &updater {
-                    None => reduce_assign(item, comp)?,
-                    Some(UpdateFn::Closure(f)) => apply_updater(f, item, comp)?,
-                    Some(UpdateFn::Optimizer(o)) => apply_optimizer(o, item, comp)?,
-                }
+                reduce_assign(item, compression.as_deref())?;
             }
             Ok(())
         });
@@ -514,15 +568,70 @@ fn compressed_reduce(item: &PushItem, c: &Compression, merged: &mut [f32]) -> cr
     Ok(())
 }
 
-/// The sum of a key's values, compressed or not, as a storage of the key's shape.
-fn merge_values(stored: &NDArray, item: &PushItem, comp: Option<&Compression>) -> crate::Result<Storage> {
+/// The consume step of a push with an updater: `merged = Σ inputs` (compressed or not) into
+/// the key's merge buffer, reusing the previous push's buffer when it fits. This is the only
+/// step that reads the pushed arrays. A failure is left in the slot for the key's apply step
+/// to report, so it fails that key only, like a failed update.
+fn consume(item: &PushItem, comp: Option<&Compression>) {
+    let mut slot = item.merge.slot.lock();
+    let spare = match std::mem::replace(&mut *slot, Merged::Empty) {
+        Merged::Spare(s) | Merged::Ready(s) => Some(s),
+        Merged::Empty | Merged::Failed(_) => None,
+    };
+    *slot = match merge_values(spare, item, comp) {
+        Ok(s) => Merged::Ready(s),
+        Err(e) => Merged::Failed(e),
+    };
+}
+
+/// The sum of a key's values, compressed or not, as a storage of the key's shape; written into
+/// `spare` when it is a dense buffer of the right dtype and length.
+fn merge_values(spare: Option<Storage>, item: &PushItem, comp: Option<&Compression>) -> crate::Result<Storage> {
+    let stored = &item.stored;
+    let dtype = if comp.is_some() { crate::DType::F32 } else { stored.dtype() };
+    let dense = || match spare {
+        Some(s) if matches!(s.dense(), Some(b) if b.dtype() == dtype && b.len() == stored.size() && !b.is_external()) => s,
+        _ => Storage::Dense(Buffer::zeros(dtype, stored.size())),
+    };
     if let Some(c) = comp {
-        let mut merged = vec![0.0f32; stored.size()];
-        compressed_reduce(item, c, &mut merged)?;
-        return Ok(Storage::Dense(Buffer::from_vec(merged)));
+        let mut merged = dense();
+        if let Some(Buffer::F32(m)) = merged.dense_mut() {
+            compressed_reduce(item, c, m)?;
+        }
+        return Ok(merged);
     }
     let guards: SmallVec<[_; 4]> = item.inputs.iter().map(|a| a.storage()).collect();
+    if guards.iter().all(|g| g.storage_type() == StorageType::Dense) {
+        let srcs: Vec<&Buffer> = guards.iter().filter_map(|g| g.dense()).collect();
+        let mut merged = dense();
+        if let Some(m) = merged.dense_mut() {
+            m.assign_sum(&srcs);
+        }
+        return Ok(merged);
+    }
     Ok(merge_any(stored, &guards))
+}
+
+/// The apply step of a push with an updater: runs it on the consumed sum, then keeps the sum's
+/// buffer for the next consume. A failed consume fails the key instead.
+fn apply(updater: &UpdateFn, item: &PushItem) -> Result<(), BoxError> {
+    let merged = match std::mem::replace(&mut *item.merge.slot.lock(), Merged::Empty) {
+        Merged::Ready(s) => s,
+        Merged::Failed(e) => return Err(e.into()),
+        // Cannot happen: the consume scheduled before this apply filled the slot.
+        Merged::Empty | Merged::Spare(_) => return Ok(()),
+    };
+    let (result, spare) = match updater {
+        UpdateFn::Closure(f) => apply_updater(f, item, merged),
+        UpdateFn::Optimizer(o) => {
+            let r = apply_optimizer(o, item, &merged);
+            (r, Some(merged))
+        }
+    };
+    if let Some(s) = spare {
+        *item.merge.slot.lock() = Merged::Spare(s);
+    }
+    Ok(result?)
 }
 
 fn reduce_plain(item: &PushItem) {
@@ -569,16 +678,17 @@ fn merge_any(stored: &NDArray, guards: &[impl std::ops::Deref<Target = Storage>]
     }
 }
 
-/// `merged = Σ inputs`, then the user's updater on temporary arrays that own the data, so the
-/// updater's own (synchronous) array operations never wait on this operation's vars.
-fn apply_updater(f: &Updater, item: &PushItem, comp: Option<&Compression>) -> crate::Result<()> {
+/// The user's updater on the consumed sum `merged`, with temporary arrays that own the data,
+/// so the updater's own (synchronous) array operations never wait on this operation's vars.
+/// Returns the outcome and, when the updater kept no handle to it, the sum's storage for reuse.
+fn apply_updater(f: &Updater, item: &PushItem, merged: Storage) -> (crate::Result<()>, Option<Storage>) {
     let stored_arr = &item.stored;
-    let merged = NDArray::from_storage(stored_arr.shape().clone(), stored_arr.context(), merge_values(stored_arr, item, comp)?);
-    let original = std::mem::replace(&mut *stored_arr.storage_mut(), Storage::placeholder());
+    let take = |a: &NDArray| std::mem::replace(&mut *a.storage_mut(), Storage::placeholder());
+    let merged = NDArray::from_storage(stored_arr.shape().clone(), stored_arr.context(), merged);
+    let original = take(stored_arr);
     let keep = NDArray::from_storage(stored_arr.shape().clone(), stored_arr.context(), original);
     let mut arg = keep.clone();
     let outcome = catch_unwind(AssertUnwindSafe(|| f(&item.key, &merged, &mut arg)));
-    let take = |a: &NDArray| std::mem::replace(&mut *a.storage_mut(), Storage::placeholder());
     let mut result = match outcome {
         Ok(r) => r.map_err(|e| Error::UpdaterFailed { key: item.key.clone(), source: std::sync::Arc::new(e) }.into()),
         Err(panic) => Err(Error::UpdaterPanicked { key: item.key.clone(), message: panic_message(&panic) }.into()),
@@ -600,23 +710,15 @@ fn apply_updater(f: &Updater, item: &PushItem, comp: Option<&Compression>) -> cr
         take(&keep)
     };
     *stored_arr.storage_mut() = new_storage;
-    result
+    // A handle the updater kept (against the docs) keeps the sum's memory to itself.
+    let spare = (!merged.is_shared()).then(|| take(&merged));
+    (result, spare)
 }
 
-/// Runs the optimizer on the merged gradient. One device's dense gradient is read in place
-/// (no copy); several are summed first; a row_sparse gradient takes the sparse path.
-fn apply_optimizer(opt: &Mutex<optimizer::Updater>, item: &PushItem, comp: Option<&Compression>) -> crate::Result<()> {
+/// Runs the optimizer on the consumed gradient `grad` (dense, or row_sparse: the sparse path).
+fn apply_optimizer(opt: &Mutex<optimizer::Updater>, item: &PushItem, grad: &Storage) -> crate::Result<()> {
     let key = item.key.to_string();
     let shape = item.stored.shape();
-    let guards: SmallVec<[_; 4]> = item.inputs.iter().map(|a| a.storage()).collect();
-    let merged;
-    let grad: &Storage = match (guards.as_slice(), comp) {
-        ([one], None) => one,
-        _ => {
-            merged = merge_values(&item.stored, item, comp)?;
-            &merged
-        }
-    };
     let mut stored = item.stored.storage_mut();
     let mut upd = opt.lock();
     let weight = match &mut *stored {

@@ -151,3 +151,34 @@ fn global_engine_is_shared_and_thread_count_parses() {
     assert_eq!(threads_from(None), default);
     assert_eq!(Engine::new(0).threads(), 1);
 }
+
+#[test]
+fn begin_wait_to_write_completes_after_earlier_ops_only_and_keeps_the_error() {
+    watchdog(|| {
+        let engine = Engine::new(2);
+        let v = Var::new();
+        let (started, gate) = (Gate::default(), Gate::default());
+        blocked_read(&engine, &v, &started, &gate);
+        engine.push("fail", &[], from_ref(&v), 0, || Err("bad write".into()));
+        let pending = engine.begin_wait_to_write(&v);
+        // An op pushed after the wait began does not delay it.
+        let (later_started, later_gate) = (Gate::default(), Gate::default());
+        blocked_read(&engine, &v, &later_started, &later_gate);
+        assert!(started.wait());
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!pending.is_done(), "done while an earlier reader still runs");
+        gate.open();
+        while !pending.is_done() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(pending.wait().is_err(), "the earlier write's error is returned");
+        assert!(later_started.wait(), "the later op runs once the wait is granted");
+        later_gate.open();
+        // Already settled: a wait that starts now is done at once.
+        engine.wait_to_write(&v).unwrap();
+        let settled = engine.begin_wait_to_write(&v);
+        assert!(settled.is_done());
+        settled.wait().unwrap();
+        let _ = engine.wait_all();
+    });
+}
