@@ -8,6 +8,8 @@
 //! the standard matrix — 1M, 16M, 100 × 10K elements, first with the default assign, then
 //! with SGD (momentum 0.9) on the servers (an optimizer, once set, stays for the job).
 //!
+//! `--push-only` times pushes alone (each waited for), the part compression shrinks.
+//!
 //! `--compression 2bit|1bit` runs every case twice in the same job: first uncompressed, then
 //! (after `set_gradient_compression`, on fresh keys) with compressed pushes, and prints the
 //! ratio compressed / uncompressed per case. Pushes of `r+1` are above the threshold, so each
@@ -60,6 +62,10 @@ pub(crate) struct DistArgs {
     /// The compression threshold.
     #[arg(long, default_value_t = 0.5)]
     threshold: f64,
+    /// Time pushes only (each iteration pushes and waits for the servers' answers); one pull
+    /// at the end checks the values.
+    #[arg(long)]
+    push_only: bool,
 }
 
 #[derive(Serialize)]
@@ -161,21 +167,32 @@ fn case(
     for i in 0..args.warmup + args.iters {
         let t = Instant::now();
         kv.push(&keys, &values)?;
-        kv.pull(&keys, &outs)?;
-        for o in &outs {
-            o.wait_to_read()?;
+        if args.push_only {
+            kv.wait_all()?;
+        } else {
+            kv.pull(&keys, &outs)?;
+            for o in &outs {
+                o.wait_to_read()?;
+            }
         }
         if i >= args.warmup {
             samples.push(t.elapsed().as_secs_f64() * 1e3);
         }
     }
+    if args.push_only {
+        kv.pull(&keys, &outs)?;
+        for o in &outs {
+            o.wait_to_read()?;
+        }
+    }
     verify(args, &outs, workers, updater, compression)?;
     let stats = Stats::of(&samples);
-    let bytes = (nkeys * size * 4 * 2) as f64;
+    let bytes = (nkeys * size * 4 * if args.push_only { 1 } else { 2 }) as f64;
     let gbps = bytes / (stats.median_ms / 1e3) / 1e9;
     let compression_name = compression.unwrap_or("none");
+    let what = if args.push_only { "push" } else { "push+pull" };
     let case = format!(
-        "dist size={size} keys={nkeys} workers={workers} servers={servers} updater={} compression={compression_name}",
+        "dist {what} size={size} keys={nkeys} workers={workers} servers={servers} updater={} compression={compression_name}",
         updater_name(updater)
     );
     if args.json {
