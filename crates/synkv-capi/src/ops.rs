@@ -29,7 +29,7 @@ fn settle<'a>(handles: impl IntoIterator<Item = &'a SynkvArray>) -> CResult {
 fn run(h: &SynkvKV, handles: Vec<&SynkvArray>, pushes: bool, schedule: impl FnOnce() -> synkv::Result<()>) -> CResult {
     schedule()?;
     if pushes && h.caller_thread_updater() {
-        h.pump.serve_until_done(handles.into_iter().map(SynkvArray::array).collect())
+        h.pump.serve_until_done(&h.kv, handles.into_iter().map(SynkvArray::array).collect())
     } else {
         settle(handles)
     }

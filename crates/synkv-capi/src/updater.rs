@@ -141,12 +141,14 @@ impl Pump {
     }
 
     /// Serves updater calls on this thread until every operation on `arrays` pushed so far has
-    /// completed; returns the first error those waits reported.
-    pub(crate) fn serve_until_done(&self, arrays: Vec<NDArray>) -> CResult {
+    /// completed and every update of `kv` scheduled so far has run (a push consumes its values
+    /// before its update runs); returns the first error the waits on `arrays` reported.
+    pub(crate) fn serve_until_done(&self, kv: &synkv::KVStore, arrays: Vec<NDArray>) -> CResult {
         let done = AtomicBool::new(false);
         std::thread::scope(|scope| {
             let waiter = scope.spawn(|| {
                 let result = crate::store::wait_arrays(&arrays);
+                kv.wait_updates();
                 // Set the flag under the lock so the server cannot miss the wake-up.
                 let guard = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
                 done.store(true, Ordering::SeqCst);

@@ -128,3 +128,10 @@ fn compression_after_init_and_compressed_pushpull() {
     ok(2, 2, &["compress-after-init"], &[]);
     ok(3, 1, &["compress-after-init", "--store", "dist_async"], &[]);
 }
+
+/// A pushed array may be overwritten once the push has consumed it, before the servers answer
+/// (which, in a sync round, needs every worker's push).
+#[test]
+fn a_pushed_array_is_free_before_the_round_completes() {
+    ok(3, 2, &["push-release"], &[]);
+}

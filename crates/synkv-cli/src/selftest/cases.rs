@@ -34,6 +34,7 @@ pub(crate) fn run(args: &DistArgs) -> Result<()> {
         "t28" => super::compression::t28(&kv, args)?,
         "t29" => super::compression::t29(&kv, args)?,
         "compress-after-init" => super::compression::after_init(&kv)?,
+        "push-release" => push_release(&kv)?,
         "t30" => t30(&kv)?,
         "t35" => t35(&kv, args)?,
         other => bail!("unknown selftest case {other:?}"),
@@ -91,6 +92,29 @@ fn t24(kv: &KVStore, args: &DistArgs, rate: Option<f64>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A pushed array is free again once the push has copied it, before the round completes:
+/// worker 0 pushes, waits to overwrite its array and overwrites it, and only then lets the
+/// others push (a barrier). Were the wait tied to the servers' answer, worker 0 would wait for
+/// a round that needs the other workers, who wait at the barrier: a deadlock, not a pass.
+fn push_release(kv: &KVStore) -> Result<()> {
+    let (rank, n) = (kv.rank(), kv.num_workers() as f64);
+    let shape = [1200usize, 1200];
+    kv.init("g", &full(&shape, 0.0, DType::F32))?;
+    let grad = full(&shape, rank as f64 + 1.0, DType::F32);
+    if rank == 0 {
+        kv.push("g", &grad)?;
+        grad.wait_to_write()?;
+        grad.fill(-100.0)?;
+    }
+    kv.barrier()?;
+    if rank != 0 {
+        kv.push("g", &grad)?;
+    }
+    let out = full(&shape, 0.0, DType::F32);
+    kv.pull("g", &out)?;
+    expect_all("pull after the round (worker 0 overwrote its array after its push)", &out, n * (n + 1.0) / 2.0, 0.0)
 }
 
 /// Every worker initialises with `ones·(rank+1)`; rank 0's value wins; pulls right away.

@@ -42,6 +42,11 @@ pub(crate) struct Op {
     finished: AtomicBool,
     /// Whether an error inherited from a read-only var is moved (cleared on that var).
     pub(crate) takes_errors: bool,
+    /// Whether the read-only vars are released when the async closure returns
+    /// ([`Engine::push_async_consuming`](super::Engine::push_async_consuming)).
+    pub(crate) early_reads: bool,
+    /// Set by whoever releases the read-only vars first (the closure's return or `finish`).
+    reads_released: AtomicBool,
     /// The engine that runs it.
     pub(crate) engine: Arc<Shared>,
 }
@@ -58,6 +63,8 @@ impl Op {
             inherited: Mutex::new(None),
             finished: AtomicBool::new(false),
             takes_errors: false,
+            early_reads: false,
+            reads_released: AtomicBool::new(false),
             engine,
         }
     }
@@ -90,7 +97,21 @@ impl Op {
 
     /// Whether waiting on `var` (to write it, or to read it) needs this op to finish first.
     pub(crate) fn blocks_wait(&self, var: &Var, write: bool) -> bool {
-        self.vars.iter().any(|(v, access)| v.same(var) && (write || access.writes()))
+        let reads_held = !self.reads_released.load(Ordering::Acquire);
+        self.vars.iter().any(|(v, access)| v.same(var) && (access.writes() || (write && reads_held)))
+    }
+
+    /// Releases the read-only vars now (an early-reads op whose closure returned), unless that
+    /// happened already; ops this makes runnable are scheduled.
+    pub(crate) fn release_reads(&self) {
+        if self.reads_released.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let mut ready = Ready::None;
+        for (var, access) in self.vars.iter().filter(|(_, a)| !a.writes()) {
+            var.release(*access, None, &mut ready);
+        }
+        ready.schedule(false);
     }
 
     /// Finishes the op with its own error `own` (None: it succeeded). Returns false when it had
@@ -106,8 +127,11 @@ impl Op {
             self.engine.record_error(err);
         }
         let mut ready = Ready::None;
+        let reads_held = !self.reads_released.swap(true, Ordering::AcqRel);
         for (var, access) in &self.vars {
-            var.release(*access, outcome.as_ref(), &mut ready);
+            if access.writes() || reads_held {
+                var.release(*access, outcome.as_ref(), &mut ready);
+            }
         }
         ready.schedule(tail);
         self.engine.op_finished();

@@ -101,14 +101,42 @@ impl Engine {
         self.submit(name, reads, writes, priority, Work::Async(Box::new(f)));
     }
 
+    /// Like [`Engine::push_async`], but the vars the op only reads are released as soon as `f`
+    /// returns, before the op completes: `f` must be done with them by then (it copied what it
+    /// needs). Waiting to write such a var then returns once `f` has run, while waits on the
+    /// op's write vars still wait for its `Completion`. A distributed push uses it: it copies or
+    /// quantizes the pushed arrays, hands the bytes to the network and returns, so the caller
+    /// may reuse its arrays long before the servers answer.
+    pub fn push_async_consuming<F>(&self, name: &'static str, reads: &[Var], writes: &[Var], priority: Priority, f: F)
+    where
+        F: FnOnce(Completion) + Send + 'static,
+    {
+        self.submit_op(name, reads, writes, priority, Work::Async(Box::new(f)), false, true);
+    }
+
     fn submit(&self, name: &'static str, reads: &[Var], writes: &[Var], priority: Priority, work: Work) {
         self.submit_with(name, reads, writes, priority, work, false);
     }
 
     fn submit_with(&self, name: &'static str, reads: &[Var], writes: &[Var], priority: Priority, work: Work, takes_errors: bool) {
+        self.submit_op(name, reads, writes, priority, work, takes_errors, false);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn submit_op(
+        &self,
+        name: &'static str,
+        reads: &[Var],
+        writes: &[Var],
+        priority: Priority,
+        work: Work,
+        takes_errors: bool,
+        early_reads: bool,
+    ) {
         let shared = &self.0.shared;
         let mut op = Op::new(name, priority, access_list(reads, writes), work, Arc::clone(shared));
         op.takes_errors = takes_errors;
+        op.early_reads = early_reads;
         let op = Arc::new(op);
         shared.op_pushed();
         let granted = {

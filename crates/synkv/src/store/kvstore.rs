@@ -415,6 +415,18 @@ impl KVStore {
         }
     }
 
+    /// Waits until every update (updater or optimizer call) of this store's pushes scheduled so
+    /// far has run. A push returns before its update (it only waits, if asked, until its values
+    /// are consumed); this is for front-ends that run updaters on the caller's thread and must
+    /// not return before them. Update failures are not returned here: they are reported, as
+    /// always, by the next pull of the key and by `wait_all`. A no-op on distributed stores,
+    /// whose updates run on the servers.
+    pub fn wait_updates(&self) {
+        if let Backend::Local(s) = &self.backend {
+            s.wait_updates();
+        }
+    }
+
     /// Waits for every scheduled operation (of every store in the process) to complete;
     /// returns the first error an operation raised since the last `wait_all`.
     pub fn wait_all(&self) -> crate::Result<()> {

@@ -489,6 +489,13 @@ impl LocalStore {
         Ok(upd)
     }
 
+    /// Waits for every update scheduled so far (they all write the updater var). The var's
+    /// error only ever reaches waits — update failures travel on the keys' vars — so it is
+    /// dropped here.
+    pub(crate) fn wait_updates(&self) {
+        let _ = Engine::global().wait_to_write(&self.updater_var);
+    }
+
     pub(crate) fn save_optimizer_states(&self, path: &Path, store_type: &str) -> crate::Result<()> {
         let upd = self.settled_optimizer("save_optimizer_states", store_type)?;
         let guard = upd.lock();

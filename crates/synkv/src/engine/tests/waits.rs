@@ -182,3 +182,39 @@ fn begin_wait_to_write_completes_after_earlier_ops_only_and_keeps_the_error() {
         let _ = engine.wait_all();
     });
 }
+
+#[test]
+fn a_consuming_async_op_releases_its_reads_when_its_closure_returns() {
+    watchdog(|| {
+        let engine = Engine::new(2);
+        let (input, output) = (Var::new(), Var::new());
+        let (tx, rx) = mpsc::channel();
+        engine.push_async_consuming("consume", from_ref(&input), from_ref(&output), 0, move |done| {
+            // The network part: completes later, from another thread.
+            tx.send(done).unwrap();
+        });
+        let done = rx.recv_timeout(LIMIT).expect("the op ran");
+        // The closure returned: the input is free, the output is not.
+        engine.wait_to_write(&input).unwrap();
+        let written = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&written);
+        engine.push("reuse-input", &[], from_ref(&input), 0, move || {
+            flag.store(true, Ordering::SeqCst);
+            Ok(())
+        });
+        engine.wait_to_read(&input).unwrap();
+        assert!(written.load(Ordering::SeqCst), "a later write of the input ran before the op completed");
+        let (otx, orx) = mpsc::channel();
+        let (e, out) = (engine.clone(), output.clone());
+        let waiter = std::thread::spawn(move || {
+            let result = e.wait_to_read(&out);
+            otx.send(()).unwrap();
+            result
+        });
+        assert!(orx.recv_timeout(Duration::from_millis(50)).is_err(), "the output was readable before the op completed");
+        done.fail("the server went away".into());
+        assert!(waiter.join().unwrap().is_err(), "the failure is recorded on the output");
+        engine.wait_to_write(&input).unwrap();
+        assert!(engine.wait_all().is_err());
+    });
+}

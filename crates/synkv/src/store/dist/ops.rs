@@ -1,7 +1,9 @@
 //! The dist store's data operations as asynchronous engine operations.
 //!
 //! An operation declares its vars (push: reads the values, writes the keys' vars; pull: reads
-//! the keys' vars, writes the outputs; pushpull: both), then, on an engine thread, sums each
+//! the keys' vars, writes the outputs; pushpull: both). A push releases the values it read as
+//! soon as it has copied them (`Engine::push_async_consuming`), so waiting to overwrite a pushed
+//! array never waits for the servers. On an engine thread it sums each
 //! key's per-device values into one communication buffer (a copy: the caller's array is never
 //! aliased, spec K12.1), cuts it into per-server slices (zero-copy `Bytes` slices), and packs
 //! the keys of one server into one message. It hands the messages to the worker's tokio
@@ -109,7 +111,7 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
         Kind::RowSparsePull => "dist row_sparse_pull",
     };
     let ctx = ctx.clone();
-    Engine::global().push_async(name, &reads, &writes, priority, move |done: Completion| {
+    let body = move |done: Completion| {
         if kind == Kind::RowSparsePull {
             items.iter().for_each(prepare_row_outputs);
         }
@@ -128,7 +130,13 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
                 Err(e) => done.fail(Box::new(e)),
             }
         });
-    });
+    };
+    match kind {
+        // The body copies (or quantizes) the pushed arrays before it returns: they are free
+        // again then, long before the servers answer.
+        Kind::Push | Kind::PushPull => Engine::global().push_async_consuming(name, &reads, &writes, priority, body),
+        Kind::Pull | Kind::RowSparsePull => Engine::global().push_async(name, &reads, &writes, priority, body),
+    }
 }
 
 /// Messages under construction, one per (server, dense|rows).
