@@ -53,6 +53,21 @@ with warnings.catch_warnings(record=True) as caught:
 if not any("set_optimizer" in str(w.message) for w in caught):
     sys.exit(f"rank {rank}: set_updater on a dist store did not warn")
 
+# push returns once its arrays are consumed, before the round completes (which needs every
+# worker's push): rank 0 pushes and overwrites its array, and only then lets the others push.
+# Were push to wait for the servers' answer, rank 0 would never reach the barrier.
+kv.init("release", np.zeros((64, 64), np.float32))
+g = np.full((64, 64), rank + 1, np.float32)
+if rank == 0:
+    kv.push("release", g)
+    g[:] = -100.0
+kv.barrier()
+if rank != 0:
+    kv.push("release", g)
+out = np.zeros((64, 64), np.float32)
+kv.pull("release", out=out)
+check(out, n * (n + 1) / 2, "push returned before the round completed")
+
 # T24: the Test optimizer `w += rate * g`; worker r pushes ones*(r+1) each repeat →
 # 1 + rate * n(n+1)/2 * (i+1), for small and big keys, float32 and float16.
 kv.set_optimizer(synkv.optimizer.Test(rescale_grad=RATE))
@@ -64,6 +79,15 @@ for i in range(NREPEAT):
     kv.pull(keys, out=outs)
     for k, o in zip(keys, outs):
         check(o, 1 + RATE * n * (n + 1) / 2 * (i + 1), f"T24 key {k} repeat {i}")
+
+# Gradient compression on a dist store (spec K7.10): 2-bit, threshold 0.5; 0.75 from every
+# worker is sent as +0.5 (residual 0.25), so w += rate * 0.5 * n.
+kv.set_gradient_compression({"type": "2bit", "threshold": 0.5})
+kv.init("compressed", np.zeros((1200, 1200), np.float32))
+kv.push("compressed", np.full((1200, 1200), 0.75, np.float32))
+out = np.zeros((1200, 1200), np.float32)
+kv.pull("compressed", out=out)
+check(out, RATE * 0.5 * n, "2-bit compressed push")
 
 kv.barrier()
 if "--no-close" not in sys.argv:
