@@ -45,3 +45,16 @@ def test_dist_sync_two_workers_two_servers():
 
 def test_dist_sync_three_workers_one_server_closed_at_exit():
     launch(3, 1, "--no-close")
+
+
+def test_the_example_trains_under_launch_with_a_dist_store():
+    example = HERE.parents[3] / "examples" / "python" / "train_logreg.py"
+    if not example.exists():
+        pytest.skip("run from a synkv checkout")
+    cmd = [BIN, "launch", "-n", "2", "-s", "1", "--", sys.executable, str(example), "--store", "dist_sync"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, SYNKV_TIMEOUT_MS="60000"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    finals = [line for line in done.stdout.splitlines() if "final accuracy" in line]
+    assert len(finals) == 2, done.stdout[-3000:]
+    for line in finals:
+        assert float(line.split("final accuracy")[1].split()[0]) > 0.9, line
