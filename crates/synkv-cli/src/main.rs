@@ -69,8 +69,36 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("synkv: error: {e:#}");
+            eprintln!("synkv: error: {}", describe(&e));
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes joined by `: `, leaving out a cause whose text the message so far
+/// already ends with (synkv's errors include their cause's text, and also report it as
+/// their `source`).
+fn describe(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.is_empty() && out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let inner = anyhow::anyhow!("timed out");
+        let e = inner.context("push failed: timed out").context("running the case");
+        assert_eq!(super::describe(&e), "running the case: push failed: timed out");
     }
 }
