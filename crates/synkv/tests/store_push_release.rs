@@ -1,7 +1,9 @@
 //! A push releases its input arrays once it has consumed them, before the update runs (issue
-//! 6): with an updater or optimizer, waiting on a pushed array returns while the updater is
-//! still blocked, the caller may overwrite the array at once, and the update still sees the
-//! pushed values. Pushes of other keys are not held up by a slow update either.
+//! 6): with an updater, waiting on a pushed array returns while the updater is still blocked,
+//! the caller may overwrite the array at once, and the update still sees the pushed values.
+//! Pushes of other keys are not held up by a slow update either. (An optimizer step on one
+//! synkv-owned array reads it in place; overwriting it waits for the step — either way the
+//! step sees the pushed values.)
 //!
 //! Every wait here is bounded: if a push kept its inputs until the update ran, the waits below
 //! would time out and the test fail (never hang).

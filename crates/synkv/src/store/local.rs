@@ -7,7 +7,12 @@
 //! - push: per key, `stored = Σ values` (assign, fused into one pass). Small keys are batched
 //!   into one operation (up to [`BATCH_ELEMS`] elements), big keys get one operation each so
 //!   they can overlap.
-//! - push with an updater or optimizer: two operations per key. *Consume* reads the pushed
+//! - push with an optimizer of one dense value that synkv owns: one operation, the optimizer
+//!   reading the value in place (as MXNet): nobody can write such an array outside the engine,
+//!   which orders that write after the update, so releasing it early would buy nothing and
+//!   cost a copy.
+//! - push with an updater, or of borrowed (external) memory, several values or compression:
+//!   two operations per key. *Consume* reads the pushed
 //!   arrays and writes `merged = Σ values` into the key's [`MergeBuf`]; *apply* reads the merge
 //!   buffer and runs `updater(key, merged, stored)`. Waiting on a pushed array therefore
 //!   returns once it has been consumed, before the update ran, so a caller may reuse its
@@ -300,10 +305,26 @@ impl LocalStore {
             }
             return;
         };
+        let _schedule = self.schedule.lock();
+        // An optimizer step on one engine-owned dense value reads it in place, in one op: no
+        // caller can write that array behind the engine's back, so there is nothing to gain
+        // from releasing it early, and the copy into the merge buffer would cost a full pass.
+        let (direct, items): (Vec<PushItem>, Vec<PushItem>) =
+            items.into_iter().partition(|it| compression.is_none() && matches!(updater, UpdateFn::Optimizer(_)) && reads_in_place(it));
+        if let UpdateFn::Optimizer(opt) = &updater {
+            for item in direct {
+                let reads: Vec<Var> = item.inputs.iter().map(|a| a.var().clone()).collect();
+                let writes = [item.stored.var().clone(), self.updater_var.clone()];
+                let opt = Arc::clone(opt);
+                Engine::global().push("push", &reads, &writes, priority, move || {
+                    let grad = item.inputs[0].storage();
+                    apply_optimizer(&opt, &item, &grad).map_err(Into::into)
+                });
+            }
+        }
         // Every consume first, so that the call's inputs are released as early as possible;
         // small keys are consumed in batches, like assigns.
         let items: Vec<Arc<PushItem>> = items.into_iter().map(Arc::new).collect();
-        let _schedule = self.schedule.lock();
         for batch in batches(items.iter().cloned(), |it| it.stored.size()) {
             let reads: Vec<Var> = batch.iter().flat_map(|it| it.inputs.iter().map(|a| a.var().clone())).collect();
             let writes: Vec<Var> = batch.iter().map(|it| it.merge.var.clone()).collect();
@@ -573,6 +594,15 @@ fn compressed_reduce(item: &PushItem, c: &Compression, merged: &mut [f32]) -> cr
     let mut packed = Vec::new();
     c.gc.reduce(&c.residuals, sources, merged, &mut packed)?;
     Ok(())
+}
+
+/// Whether an optimizer may read a push's value in place: one dense value owned by synkv (not
+/// borrowed caller memory, which the caller may overwrite once the push has consumed it).
+fn reads_in_place(item: &PushItem) -> bool {
+    match item.inputs.as_slice() {
+        [one] => one.storage().dense().is_some_and(|b| !b.is_external() && b.dtype() == item.stored.dtype()),
+        _ => false,
+    }
 }
 
 /// The consume step of a push with an updater: `merged = Σ inputs` (compressed or not) into
