@@ -3,8 +3,10 @@
 //! A launcher turns a job into a list of [`Planned`] commands (the local launcher runs the
 //! roles themselves, the ssh launcher runs `ssh host '…'` for the remote ones). [`run_plan`]
 //! starts them in order, copies every output line to the job's [`Sink`] under the process's
-//! label, waits for them and returns the job's exit status: the first non-zero status, after
-//! the others got the grace period to exit by themselves; 130 on Ctrl-C or SIGTERM. It does
+//! label, waits for them and returns the job's exit status: the first non-zero status (a death
+//! by signal within half a second of the first failure counts as the first: it is the likely
+//! cause), after the others got the grace period to exit by themselves; 130 on Ctrl-C or
+//! SIGTERM. It does
 //! not know what a role is or where a process really runs: a killed `ssh` is all it can kill.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -115,10 +117,16 @@ fn code_of(status: ExitStatus) -> u8 {
     1
 }
 
+/// Failures this close together count as one event (see `supervise`).
+const SAME_FAILURE: Duration = Duration::from_millis(500);
+
 /// Waits for every child; returns the launcher's exit code.
 fn supervise(procs: &mut [Proc], interrupted: &AtomicBool, spec: &JobSpec) -> u8 {
     let (grace, note) = (spec.grace, &spec.notes);
     let mut first_failure: Option<(u8, Instant)> = None;
+    // Whether the failure chosen so far was a death by signal, and until when a death by
+    // signal may still replace it.
+    let mut chosen: Option<(bool, Instant)> = None;
     let mut killed = false;
     loop {
         if interrupted.load(Ordering::Acquire) {
@@ -126,8 +134,10 @@ fn supervise(procs: &mut [Proc], interrupted: &AtomicBool, spec: &JobSpec) -> u8
             kill_all(procs);
             return 130;
         }
-        // Failures seen in one pass happened within a few ms; a death by signal (a crash, a
-        // kill) is the likelier cause of the others, so it counts as the first.
+        // Failures seen within a short window happened together; a death by signal (a crash,
+        // a kill) is the likelier cause of the others, so it counts as the first. (A killed
+        // process can take a moment to become reapable, while its peers already noticed its
+        // closed connections and exited.)
         let mut failed_now: Option<(u8, bool)> = None;
         for p in procs.iter_mut().filter(|p| p.status.is_none()) {
             let Ok(Some(status)) = p.child.try_wait() else { continue };
@@ -147,9 +157,17 @@ fn supervise(procs: &mut [Proc], interrupted: &AtomicBool, spec: &JobSpec) -> u8
                 failed_now = Some((code, by_signal));
             }
         }
-        if let (None, Some((code, _))) = (first_failure, failed_now) {
-            note(&format!("stopping the job: the others get {grace:?} to finish, then they are killed"));
-            first_failure = Some((code, Instant::now() + grace));
+        match (first_failure, failed_now, chosen) {
+            (None, Some((code, by_signal)), _) => {
+                note(&format!("stopping the job: the others get {grace:?} to finish, then they are killed"));
+                first_failure = Some((code, Instant::now() + grace));
+                chosen = Some((by_signal, Instant::now() + SAME_FAILURE));
+            }
+            (Some((_, deadline)), Some((code, true)), Some((false, until))) if Instant::now() <= until => {
+                first_failure = Some((code, deadline));
+                chosen = Some((true, until));
+            }
+            _ => {}
         }
         if procs.iter().all(|p| p.status.is_some()) {
             return first_failure.map_or(0, |(c, _)| c);
