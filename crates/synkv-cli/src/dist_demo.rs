@@ -9,6 +9,7 @@
 //! gradient). Worker 0 reports progress as `@progress` lines, which the demo process draws as
 //! a progress bar, plus the loss and accuracy of each epoch and the final test accuracy.
 
+use crate::rng::SplitMix64;
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 
@@ -46,34 +47,11 @@ pub(crate) struct DistDemoArgs {
     servers: u32,
 }
 
-/// SplitMix64: a tiny deterministic generator, so every run trains on the same data.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn uniform(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// A standard normal sample (Box–Muller).
-    fn normal(&mut self) -> f64 {
-        let (u, v) = (self.uniform().max(1e-300), self.uniform());
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-    }
-}
-
 /// Samples (features with a trailing 1 for the bias, label 0/1) of the shared true model.
 fn dataset(seed: u64, n: usize) -> Vec<(Vec<f32>, f32)> {
-    let mut truth = Rng(42);
+    let mut truth = SplitMix64(42);
     let w: Vec<f64> = (0..FEATURES).map(|_| truth.normal()).collect();
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64(seed);
     (0..n)
         .map(|_| {
             let mut x: Vec<f32> = (0..FEATURES).map(|_| rng.normal() as f32).collect();

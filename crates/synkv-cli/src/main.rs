@@ -12,6 +12,7 @@ mod bench;
 mod demo;
 mod dist_demo;
 mod launch;
+mod rng;
 mod roles;
 mod selftest;
 

@@ -4,6 +4,7 @@
 //! The point is the scaling: the cost must follow the rows touched, not the table size, so
 //! run it for 1M and 10M rows and compare rows/s.
 
+use crate::rng::SplitMix64;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
@@ -73,25 +74,13 @@ struct Record {
     rows_per_s: f64,
 }
 
-/// A small deterministic generator (xorshift), so runs are repeatable without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// `n` distinct sorted row ids below `rows`.
-    fn row_ids(&mut self, n: usize, rows: usize) -> Vec<i64> {
-        let mut ids: Vec<i64> = (0..n * 2).map(|_| (self.next() % rows as u64) as i64).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        ids.truncate(n);
-        ids
-    }
+/// `n` distinct sorted row ids below `rows`.
+fn row_ids(rng: &mut SplitMix64, n: usize, rows: usize) -> Vec<i64> {
+    let mut ids: Vec<i64> = (0..n * 2).map(|_| (rng.next_u64() % rows as u64) as i64).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.truncate(n);
+    ids
 }
 
 pub(crate) fn run(args: &SparseArgs) -> Result<()> {
@@ -114,17 +103,17 @@ pub(crate) fn run(args: &SparseArgs) -> Result<()> {
     };
 
     // A few pre-made batches, cycled, so the timing excludes generating them.
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = SplitMix64(0x9E37_79B9_7F4A_7C15);
     let batches: Vec<(Vec<NDArray>, NDArray)> = (0..4)
         .map(|_| -> Result<_> {
             let grads = (0..args.devices)
                 .map(|d| {
-                    let ids = rng.row_ids(touched, args.rows);
+                    let ids = row_ids(&mut rng, touched, args.rows);
                     let data = Buffer::filled(DType::F32, ids.len() * args.row_len, 1.0);
                     NDArray::row_sparse(shape, ids, data, Context::cpu(d))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            let pull_ids: Vec<i64> = rng.row_ids(touched, args.rows);
+            let pull_ids: Vec<i64> = row_ids(&mut rng, touched, args.rows);
             let ids = NDArray::from_vec([pull_ids.len()], pull_ids)?;
             Ok((grads, ids))
         })

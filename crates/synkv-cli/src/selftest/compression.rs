@@ -13,6 +13,7 @@ use synkv::{DType, KVStore, NDArray};
 
 use super::cases::{full, RATE};
 use super::{expect_all, DistArgs};
+use crate::rng::SplitMix64;
 
 /// The three shapes of T28: small, irregular (1211², split over servers in units of words),
 /// big (1200², split).
@@ -37,20 +38,6 @@ fn step(kv: &KVStore, keys: &[String], g: f64, want: &mut [f64], delta: f64, wha
     Ok(())
 }
 
-/// A deterministic stream of uniform [0, 1) values (splitmix64), the same on every worker.
-struct Uniform(u64);
-
-impl Uniform {
-    fn next(&mut self) -> f32 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        (z >> 40) as f32 / (1u64 << 24) as f32
-    }
-}
-
 /// Random gradients (the same on every worker): each push changes the value by
 /// `rate · n · dequantize(quantize(g, residual))`, simulated here with a residual per key.
 fn random(kv: &KVStore, gc: &GradientCompression, prefix: &str, repeat: usize) -> Result<()> {
@@ -59,7 +46,7 @@ fn random(kv: &KVStore, gc: &GradientCompression, prefix: &str, repeat: usize) -
     for (k, shape) in keys.iter().zip(SHAPES) {
         kv.init(k.as_str(), &full(&shape, 0.0, DType::F32))?;
     }
-    let mut rng = Uniform(123);
+    let mut rng = SplitMix64(123);
     for (k, shape) in keys.iter().zip(SHAPES) {
         let len = shape[0] * shape[1];
         let mut residual = vec![0.0f32; len];
@@ -67,7 +54,7 @@ fn random(kv: &KVStore, gc: &GradientCompression, prefix: &str, repeat: usize) -
         let mut deq = vec![0.0f32; len];
         for i in 0..repeat {
             let before = pull_f32(kv, k, &shape)?.to_vec::<f32>()?;
-            let grad: Vec<f32> = (0..len).map(|_| rng.next()).collect();
+            let grad: Vec<f32> = (0..len).map(|_| rng.uniform_f32()).collect();
             kv.push(k.as_str(), &NDArray::from_vec(shape.to_vec(), grad.clone())?)?;
             let after = pull_f32(kv, k, &shape)?.to_vec::<f32>()?;
             gc.quantize(&grad, &mut residual, &mut words)?;
