@@ -56,7 +56,11 @@ def worker(a):
            "updater": "allreduce", "dtype": "f32", "iters": a.iters, "median_ms": med,
            "min_ms": min(samples), "max_ms": max(samples),
            "gbps": a.keys * a.size * 4 * 2 / (med / 1e3) / 1e9, "torch": torch.__version__}
-    print(json.dumps(rec) if a.json else f"{rec['case']} rank {rank}: median {med:.3f} ms", flush=True)
+    line = json.dumps(rec) if a.json else f"{rec['case']} rank {rank}: median {med:.3f} ms"
+    # One write per line: both workers share the pipe, and print() under PYTHONUNBUFFERED
+    # writes the text and the newline separately, so two records could land on one line.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
     dist.barrier()
     dist.destroy_process_group()
     return 0
