@@ -10,7 +10,7 @@
 //! - `pull`, `pushpull`, `broadcast`, `row_sparse_pull`: until the outputs are written.
 //!
 //! So no engine operation touches a caller's memory after a method returns, and other Python
-//! threads run while one waits. With `block=False`, `push`, `pull` and `pushpull` return a
+//! threads run while one waits. With `block=False`, every one of them but `init` returns a
 //! `synkv.Request` (`request.rs`) as soon as the work is scheduled instead; the request then
 //! keeps the arrays alive and does that wait in `Request.wait()`. The semantics (flattening, summing, updater order, errors)
 //! are the core's; see `spec/KVSTORE_SEMANTICS.md` K0–K6.
@@ -270,8 +270,9 @@ impl PyKVStore {
     }
 
     /// `init(key, value)` then `pull(key, out)`: the value reaches every output. Each key can be
-    /// broadcast (or initialised) once.
-    #[pyo3(signature = (key, value, out, priority = 0))]
+    /// broadcast (or initialised) once. With `block=False` returns a `synkv.Request` once the
+    /// keys are initialised; `out` is written when it is done.
+    #[pyo3(signature = (key, value, out, priority = 0, *, block = true))]
     fn broadcast(
         &self,
         py: Python<'_>,
@@ -279,21 +280,29 @@ impl PyKVStore {
         value: &Bound<'_, PyAny>,
         out: &Bound<'_, PyAny>,
         priority: Priority,
-    ) -> PyResult<()> {
+        block: bool,
+    ) -> PyResult<Option<PyRequest>> {
         check_not_inside("broadcast")?;
         let keys = args::keys(key)?;
         let mut b = Borrower::new(py);
         let outs = outputs(&mut b, out)?;
         let vals = values(&mut b, value)?;
         let all = b.arrays();
-        run(py, all, || self.kv().broadcast_with_priority(keys, vals.arrays(all), outs.arrays(all), priority))?;
-        b.finish()
+        let call = || self.kv().broadcast_with_priority(keys, vals.arrays(all), outs.arrays(all), priority);
+        if block {
+            run(py, all, call)?;
+            b.finish()?;
+            return Ok(None);
+        }
+        schedule(py, all, call)?;
+        Ok(Some(request("broadcast", b, &[value, out])))
     }
 
     /// Pulls only the rows `row_ids` of row_sparse keys into `synkv.RowSparseNDArray` outputs.
     /// Row ids may have any numeric dtype and shape, be unsorted and repeat. Give one row-id
-    /// array per output, or one for all outputs of a single key.
-    #[pyo3(signature = (key, out = None, priority = 0, row_ids = None))]
+    /// array per output, or one for all outputs of a single key. With `block=False` returns a
+    /// `synkv.Request` at once; the outputs are filled by its `wait()`.
+    #[pyo3(signature = (key, out = None, priority = 0, row_ids = None, *, block = true))]
     fn row_sparse_pull(
         &self,
         py: Python<'_>,
@@ -301,15 +310,24 @@ impl PyKVStore {
         out: Option<&Bound<'_, PyAny>>,
         priority: Priority,
         row_ids: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
+        block: bool,
+    ) -> PyResult<Option<PyRequest>> {
         check_not_inside("row_sparse_pull")?;
         let keys = args::keys(key)?;
+        let out = required(out, "row_sparse_pull", "out")?;
+        let row_ids = required(row_ids, "row_sparse_pull", "row_ids")?;
         let mut b = Borrower::new(py);
-        let outs = outputs(&mut b, required(out, "row_sparse_pull", "out")?)?;
-        let ids = args::layout(required(row_ids, "row_sparse_pull", "row_ids")?, is_row_ids, |o| b.row_ids(o))?;
+        let outs = outputs(&mut b, out)?;
+        let ids = args::layout(row_ids, is_row_ids, |o| b.row_ids(o))?;
         let all = b.arrays();
-        run(py, all, || self.kv().row_sparse_pull_with_priority(keys, outs.arrays(all), ids.arrays(all), priority))?;
-        b.finish()
+        let call = || self.kv().row_sparse_pull_with_priority(keys, outs.arrays(all), ids.arrays(all), priority);
+        if block {
+            run(py, all, call)?;
+            b.finish()?;
+            return Ok(None);
+        }
+        schedule(py, all, call)?;
+        Ok(Some(request("row_sparse_pull", b, &[out, row_ids])))
     }
 
     /// Installs `updater(key, input, stored)`, called once per key per push on the summed

@@ -121,10 +121,26 @@ class KVStore:
     ) -> Optional[Request]:
         """Push then pull as one call; with ``out=None`` the result is written into ``value``.
         ``block=False``: returns a :class:`Request` at once."""
-    def broadcast(self, key: Keys, value: Arrays, out: Arrays, priority: int = 0) -> None:
-        """``init(key, value)`` then ``pull(key, out)``."""
-    def row_sparse_pull(self, key: Keys, out: Optional[Arrays] = None, priority: int = 0, row_ids: Optional[RowIds] = None) -> None:
-        """Pulls the rows ``row_ids`` of row-sparse keys into row-sparse outputs."""
+    @overload
+    def broadcast(self, key: Keys, value: Arrays, out: Arrays, priority: int = 0, *, block: Literal[True] = True) -> None: ...
+    @overload
+    def broadcast(self, key: Keys, value: Arrays, out: Arrays, priority: int = 0, *, block: Literal[False]) -> Request: ...
+    def broadcast(self, key: Keys, value: Arrays, out: Arrays, priority: int = 0, *, block: bool = True) -> Optional[Request]:
+        """``init(key, value)`` then ``pull(key, out)``. ``block=False``: returns a
+        :class:`Request` once the keys are initialised; ``out`` is written once it is done."""
+    @overload
+    def row_sparse_pull(
+        self, key: Keys, out: Optional[Arrays] = None, priority: int = 0, row_ids: Optional[RowIds] = None, *, block: Literal[True] = True
+    ) -> None: ...
+    @overload
+    def row_sparse_pull(
+        self, key: Keys, out: Optional[Arrays] = None, priority: int = 0, row_ids: Optional[RowIds] = None, *, block: Literal[False]
+    ) -> Request: ...
+    def row_sparse_pull(
+        self, key: Keys, out: Optional[Arrays] = None, priority: int = 0, row_ids: Optional[RowIds] = None, *, block: bool = True
+    ) -> Optional[Request]:
+        """Pulls the rows ``row_ids`` of row-sparse keys into row-sparse outputs.
+        ``block=False``: returns a :class:`Request`; the outputs are filled by its ``wait()``."""
     def set_updater(self, updater: Optional[Updater]) -> None:
         """Installs ``updater(key, input, stored)``; ``None`` restores assign."""
     def _set_updater(self, updater: Optional[Updater]) -> None:

@@ -163,6 +163,26 @@ def test_non_blocking_row_sparse_output_is_written_back_on_completion():
     np.testing.assert_array_equal(out.todense(), dense)
 
 
+def test_non_blocking_broadcast_and_row_sparse_pull(store_type):
+    kv = synkv.create(store_type)
+    outs = [np.zeros(SHAPE, np.float32) for _ in range(2)]
+    req = kv.broadcast(4, np.full(SHAPE, 3.0, np.float32), out=outs, block=False)
+    assert isinstance(req, synkv.Request)
+    req.wait()
+    for o in outs:
+        np.testing.assert_array_equal(o, np.full(SHAPE, 3.0))
+    dense = np.arange(16, dtype=np.float32).reshape(SHAPE)
+    kv.init(10, synkv.row_sparse_array(dense))
+    out = synkv.RowSparseNDArray.zeros(SHAPE)
+    req = kv.row_sparse_pull(10, out=out, row_ids=np.array([3, 1]), block=False)
+    req.wait()
+    expected = np.zeros(SHAPE, np.float32)
+    expected[[1, 3]] = dense[[1, 3]]
+    np.testing.assert_array_equal(out.todense(), expected)
+    with pytest.raises(synkv.KVStoreError):
+        kv.row_sparse_pull(10, out=out, row_ids=np.array([99]), block=False).wait()
+
+
 def test_non_blocking_errors_are_raised_by_wait_every_time():
     kv = synkv.create("local")
     kv.init(3, np.zeros(SHAPE, np.float32))
