@@ -390,10 +390,16 @@ impl Entry {
     fn value_mut(&mut self, overwrites: bool) -> &mut Buffer {
         if Arc::strong_count(&self.value) > 1 {
             let free = self.spare.take().filter(|s| Arc::strong_count(s) == 1 && s.len() == self.value.len());
-            let mut next = free.unwrap_or_else(|| Arc::new(Buffer::zeros(self.value.dtype(), self.value.len())));
-            if !overwrites {
-                Arc::make_mut(&mut next).clone_from(&self.value);
-            }
+            let next = match (free, overwrites) {
+                (Some(spare), true) => spare,
+                (Some(mut spare), false) => {
+                    // Unique (checked above): written in place.
+                    Arc::make_mut(&mut spare).assign_cast(&self.value);
+                    spare
+                }
+                (None, true) => Arc::new(Buffer::zeros(self.value.dtype(), self.value.len())),
+                (None, false) => Arc::new((*self.value).clone()),
+            };
             self.spare = Some(std::mem::replace(&mut self.value, next));
         }
         // Unique now (checked or just made), so this never copies.

@@ -279,3 +279,35 @@ fn pulls_share_the_value_and_a_held_reply_never_sees_a_later_update() {
     assert_eq!(values(&third), vec![vec![3.0; 4]]);
     assert_eq!(third.chunks[0].data.as_ptr(), second_ptr, "no reply held it: updated in place, no copy");
 }
+
+#[test]
+fn an_optimizer_step_on_a_value_held_by_a_reply_starts_from_that_value() {
+    let mut h = harness(1);
+    h.send(0, Message::server_command(ServerCmd::SetOptimizer.id(), Optimizer::test().with_rescale_grad(1.0).to_json().into()));
+    h.replies();
+    h.init(&[(1, vec![1.0; 4])]);
+    let pull = |h: &mut Harness| {
+        let mut m = Message::new(Command::Pull);
+        m.meta.keys.push(1);
+        m.meta.lens.push(16);
+        h.send(0, m);
+        h.replies().remove(0)
+    };
+    let push = |h: &mut Harness| {
+        h.send(0, data(Command::Push, Flags::NONE, &[(1, vec![2.0; 4])]));
+        assert_eq!(h.replies()[0].command, Command::Reply);
+    };
+    let first = pull(&mut h);
+    let first_ptr = first.chunks[0].data.as_ptr();
+    push(&mut h); // a new buffer, copied from the held value; the held one becomes the spare
+    drop(first);
+    let second = pull(&mut h);
+    push(&mut h); // held again: the spare (free now) gets a copy of the value, then the step
+    assert_eq!(values(&second), vec![vec![3.0; 4]], "a held reply keeps its value");
+    let third = pull(&mut h);
+    assert_eq!(third.chunks[0].data.as_ptr(), first_ptr, "the spare's allocation was reused");
+    assert_eq!(values(&third), vec![vec![5.0; 4]]);
+    drop((second, third));
+    push(&mut h);
+    assert_eq!(h.pull(1, 4), vec![7.0; 4], "w += g three times from 1");
+}
