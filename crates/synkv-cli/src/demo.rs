@@ -14,19 +14,19 @@ pub(crate) fn run() -> Result<()> {
     kv.init(3, &twos)?;
     let a = NDArray::zeros(shape);
     kv.pull(3, &a)?;
-    println!("{a}");
+    show(&a)?;
 
     step("$kv->push(3, ones([2,3]) * 8); $kv->pull(3, out => $a)");
     let eights = (&NDArray::ones(shape) * 8.0)?;
     kv.push(3, &eights)?;
     kv.pull(3, &a)?;
-    println!("{a}");
+    show(&a)?;
 
     step("$kv->push(3, [ones on cpu(0), ones on cpu(1)]); $kv->pull(3, out => $a)");
     let two = [NDArray::ones_on(shape, Context::cpu(0)), NDArray::ones_on(shape, Context::cpu(1))];
     kv.push(3, &two)?;
     kv.pull(3, &a)?;
-    println!("{a}");
+    show(&a)?;
 
     step("$kv->_set_updater(sub { print \"update on key: $key\\n\"; $stored += $input * 3 }); push the two again");
     kv.set_updater(|key, input, stored| {
@@ -36,12 +36,12 @@ pub(crate) fn run() -> Result<()> {
     });
     kv.push(3, &two)?;
     kv.pull(3, &a)?;
-    println!("{a}");
+    show(&a)?;
 
     step("$kv->pull(3, out => [zeros on cpu(0), zeros on cpu(1)]); print $b->[1]");
     let b = [NDArray::zeros_on(shape, Context::cpu(0)), NDArray::zeros_on(shape, Context::cpu(1))];
     kv.pull(3, &b)?;
-    println!("{}", b[1]);
+    show(&b[1])?;
 
     step("$keys = [5,7,9]; $kv->init($keys, ones x3); $kv->push($keys, ones x3)");
     let keys = [5, 7, 9];
@@ -53,10 +53,19 @@ pub(crate) fn run() -> Result<()> {
     kv.pull(keys, &outs)?;
     kv.wait_all()?;
     step("$kv->pull($keys, out => $b); print $b->[1]");
-    println!("{}", outs[1]);
+    show(&outs[1])?;
     Ok(())
 }
 
 fn step(what: &str) {
     println!("pdl> {what}");
+}
+
+/// Prints an array once its pending writes are done. (Waiting inside `println!` would hold the
+/// stdout lock while an updater that prints — the tutorial's does — waits for it: a deadlock.)
+fn show(a: &NDArray) -> Result<()> {
+    a.wait_to_read()?;
+    let text = a.to_string();
+    println!("{text}");
+    Ok(())
 }

@@ -1,8 +1,36 @@
-//! `synkv demo --dist` and `synkv bench dist` end to end.
+//! `synkv demo`, `synkv demo --dist` and `synkv bench dist` end to end.
 
 use std::process::Command;
 
 use crate::util::{run_bounded, synkv};
+
+/// The README's first command: the tutorial's steps print the tutorial's arrays, and the
+/// updater's lines come before the arrays they produce. Run several times: an array printed
+/// while the printing updater still waited for stdout once deadlocked it.
+#[test]
+fn the_demo_prints_the_tutorial_arrays_and_exits() {
+    let block = |v: u32| format!("[\n [{v} {v} {v}]\n [{v} {v} {v}]\n]");
+    for _ in 0..5 {
+        let mut cmd = Command::new(synkv());
+        cmd.arg("demo");
+        let f = run_bounded("demo", cmd, &[]);
+        assert!(f.status.success(), "{}", f.output);
+        let out = &f.output;
+        let at = |needle: &str, from: usize| {
+            out[from..].find(needle).map(|i| i + from).unwrap_or_else(|| panic!("missing {needle:?} after byte {from}:\n{out}"))
+        };
+        let mut pos = at(&block(2), 0);
+        pos = at(&block(8), pos);
+        pos = at(&block(2), pos);
+        pos = at("update on key: 3", pos);
+        pos = at(&block(8), pos);
+        pos = at(&block(8), pos);
+        for k in [5, 7, 9] {
+            pos = at(&format!("update on key: {k}"), pos);
+        }
+        at(&block(4), pos);
+    }
+}
 
 #[test]
 fn the_dist_demo_trains_with_a_falling_loss_and_exits_cleanly() {

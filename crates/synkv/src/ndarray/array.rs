@@ -336,6 +336,10 @@ impl fmt::Debug for NDArray {
 
 /// Prints the elements in PDL's nested-bracket style, e.g. `[\n [2 2 2]\n [2 2 2]\n]` for a
 /// 2×3 array of twos (waits for pending writes; prints the error instead if one failed).
+///
+/// Because formatting waits, `println!("{a}")` holds the stdout lock while `a`'s pending
+/// operations run; if one of them prints (an updater that logs), that is a deadlock. Wait
+/// first (`a.wait_to_read()`), or format into a `String` before printing.
 impl fmt::Display for NDArray {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let values = match self.to_vec::<f64>() {
