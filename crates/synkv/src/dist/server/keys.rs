@@ -294,10 +294,7 @@ impl Entry {
                     // Assign: the sum goes straight into the value.
                     return codec::sum_chunks_into(self.value_mut(true), &chunks).map_err(codec_fail);
                 }
-                let mut scratch = match self.scratch.take() {
-                    Some(b) if b.dtype() == cdt && b.len() == self.value.len() => b,
-                    _ => Buffer::zeros(cdt, self.value.len()),
-                };
+                let mut scratch = self.take_scratch(cdt);
                 let summed = codec::sum_chunks_into(&mut scratch, &chunks).map_err(codec_fail);
                 let result = summed.and_then(|()| match updater {
                     None => {
@@ -351,11 +348,7 @@ impl Entry {
     fn apply_packed(&mut self, parts: &[Part], updater: Option<&mut Updater>) -> Result<(), String> {
         let name = self.name.clone();
         let n = self.value.len();
-        let mut scratch = match (&updater, self.scratch.take()) {
-            (None, _) => None,
-            (Some(_), Some(b)) if b.dtype() == DType::F32 && b.len() == n => Some(b),
-            (Some(_), _) => Some(Buffer::zeros(DType::F32, n)),
-        };
+        let mut scratch = updater.is_some().then(|| self.take_scratch(DType::F32));
         let target = match scratch.as_mut() {
             Some(s) => s,
             None => self.value_mut(true),
@@ -382,6 +375,16 @@ impl Entry {
             result?;
         }
         Ok(())
+    }
+
+    /// The round-sum buffer kept from the last update, if it has `dtype` and the value's
+    /// length, else a new one.
+    fn take_scratch(&mut self, dtype: DType) -> Buffer {
+        let n = self.value.len();
+        match self.scratch.take() {
+            Some(b) if b.dtype() == dtype && b.len() == n => b,
+            _ => Buffer::zeros(dtype, n),
+        }
     }
 
     /// The value for an update to write. In place when no reply holds the value; otherwise a
