@@ -5,6 +5,7 @@ Launcher and worker in one file (MXNet's tools/launch.py is not in the pip packa
 
     mxnet_dist.py --workers 2 --servers 1 --size 1048576 --keys 1 --updater assign --iters 20 --json
     mxnet_dist.py --check          # push ones from both workers (assign), pull must give 2
+    mxnet_dist.py --workers 4 --servers 1 --size 67108864 --iters 3 --warmup 1 --report-rss --json
 
 Without --worker the script is the launcher: it picks a free port on 127.0.0.1 and starts
 the scheduler and the servers as `python -c "import mxnet"` with DMLC_ROLE=scheduler/server
@@ -13,6 +14,12 @@ then the workers (this script with --worker). Every process is bounded by --time
 of them are killed (process groups) on exit. The workers' JSON lines are passed through;
 if the job fails (MXNet aborts, a timeout), one JSON line with "median_ms": null and an
 "error" field is printed instead, and the exit status is 1.
+
+--report-rss: the launcher samples every server's peak resident set (VmHWM in
+/proc/<pid>/status, a high-water mark kept by the kernel) every 50 ms while the job runs, and
+again whenever a worker prints its result line (the servers are still alive then: the workers
+pass a final barrier after printing). Each worker JSON line gets "server_peak_rss_mb" (one
+float per server, MiB, the highest VmHWM seen) and "key_mb" (one key's size, size*4/2**20).
 
 One timed iteration, as `synkv bench dist`: kv.push(keys, vals); kv.pull(keys, out=outs);
 mx.nd.waitall(); timed with time.perf_counter per worker, warmup excluded. Worker r pushes
@@ -50,6 +57,8 @@ def parse_args(argv=None):
     p.add_argument("--timeout", type=float, default=300.0, help="seconds; bounds every process")
     p.add_argument("--check", action="store_true",
                    help="only the correctness check: ones pushed by every worker, assign, pull gives W")
+    p.add_argument("--report-rss", action="store_true",
+                   help="add the servers' peak RSS (VmHWM, MiB) and key_mb to every result line")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -161,6 +170,59 @@ def _kill_all():
             pass
 
 
+def _vmhwm_kb(pid):
+    """Peak resident set (VmHWM) of a live process in kB, or None (gone, zombie, no access)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+class RssMonitor:
+    """Highest VmHWM seen per process: sampled every `period` s in a thread and on demand
+    (sample()). VmHWM never decreases while the process lives, so the last value read before
+    it exits is its peak; sampling often only narrows the window between the last read and the
+    exit, and sample() is called at the moments that matter (a worker reporting)."""
+
+    def __init__(self, procs, period=0.05):
+        self.procs = list(procs)
+        self.peak_kb = [0] * len(self.procs)
+        self.period = period
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self):
+        with self._lock:
+            for i, p in enumerate(self.procs):
+                if p.returncode is not None:
+                    continue   # reaped: its pid may belong to another process by now
+                kb = _vmhwm_kb(p.pid)
+                if kb is not None and kb > self.peak_kb[i]:
+                    self.peak_kb[i] = kb
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.period)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+    def peak_mb(self):
+        with self._lock:
+            return [round(kb / 1024, 2) for kb in self.peak_kb]
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -203,9 +265,12 @@ def launch(a, argv):
     names = {}
     sched = start("scheduler", [sys.executable, "-c", "import mxnet"], False)
     names[sched] = "scheduler"
+    servers = []
     for i in range(a.servers):
         s = start("server", [sys.executable, "-c", "import mxnet"], False)
         names[s] = f"server {i}"
+        servers.append(s)
+    rss = RssMonitor(servers).start() if a.report_rss else None
     workers = []
     for i in range(a.workers):
         w = start("worker", [sys.executable, os.path.abspath(__file__), "--worker"] + argv, True)
@@ -216,6 +281,8 @@ def launch(a, argv):
 
     def drain_out(p):
         for line in p.stdout:
+            if rss is not None and line.startswith("{"):
+                rss.sample()   # the worker is done timing; the servers wait in its last barrier
             out_lines[p].append(line.rstrip("\n"))
     threads += [threading.Thread(target=drain_out, args=(w,), daemon=True) for w in workers]
     for t in threads:
@@ -237,10 +304,18 @@ def launch(a, argv):
                 ", ".join(n for n, c in codes.items() if c is None) + ")"
             break
         time.sleep(0.05)
+    if rss is not None:
+        rss.stop()   # before _kill_all: a killed server's VmHWM is gone, the last sample stays
     if error:
         _kill_all()
     for t in threads:
         t.join(timeout=2)
+
+    def with_rss(rec):
+        if rss is not None:
+            rec["server_peak_rss_mb"] = rss.peak_mb()
+            rec["key_mb"] = a.size * 4 / 2**20
+        return rec
 
     recs = []
     for w in workers:
@@ -261,16 +336,24 @@ def launch(a, argv):
                     last = f"{n}: {l.strip()}"
         print(f"mxnet_dist.py: job failed: {error}", file=sys.stderr)
         if not a.check:
-            print(json.dumps({
+            print(json.dumps(with_rss({
                 "impl": "mxnet", "case": case_name(a), "store": "dist_sync", "rank": None,
                 "size": a.size, "keys": a.keys, "workers": a.workers, "servers": a.servers,
                 "updater": a.updater, "dtype": "f32", "iters": a.iters,
                 "median_ms": None, "min_ms": None, "max_ms": None, "gbps": None,
                 "error": (error + (" | " + last if last else ""))[:400],
-            }), flush=True)
+            })), flush=True)
         return 1
     for r in recs:
+        if rss is not None:
+            try:
+                r = json.dumps(with_rss(json.loads(r)))
+            except ValueError:
+                pass
         print(r, flush=True)
+    if rss is not None and not a.json and not a.check:
+        print("server peak RSS (VmHWM): " + ", ".join(f"{m:.1f}" for m in rss.peak_mb()) +
+              f" MiB  (key {a.size * 4 / 2**20:.1f} MiB)", flush=True)
     return 0
 
 

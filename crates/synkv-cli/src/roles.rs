@@ -1,13 +1,13 @@
 //! `synkv scheduler` and `synkv server`: run one cluster role from the `DMLC_*` environment
 //! until the job ends.
 //!
-//! Each builds a small tokio runtime, reads `dist::Config` once, and runs the library's
+//! Each builds a small tokio runtime, reads `ps::Config` once, and runs the library's
 //! [`Scheduler`] or [`Server`] with a shutdown token that Ctrl-C (SIGINT) or SIGTERM cancels.
 //! The exit status is 0 when every worker finished (clean shutdown) and 1 otherwise, with the
 //! error — e.g. the dead node, by role, rank and address — printed by `main`.
 
 use anyhow::{bail, Context, Result};
-use synkv::dist::{Config, Role, Scheduler, Server, TcpTransport};
+use synkv::ps::{Config, Role, Scheduler, Server, TcpTransport};
 use tokio_util::sync::CancellationToken;
 
 /// Which role to run.

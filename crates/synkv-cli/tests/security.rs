@@ -5,8 +5,8 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use synkv::dist::proto::{check, parse, Command as Cmd, Flags, Header, Limits, Message};
-use synkv::dist::NodeId;
+use synkv::ps::proto::{check, parse, Command as Cmd, Flags, Header, Limits, Message};
+use synkv::ps::NodeId;
 
 use crate::util::{free_port, job_env, launch, synkv, Proc, FAST};
 

@@ -1,6 +1,6 @@
 //! [`Error`]: the crate-wide error, wrapping each layer's own error type.
 
-use crate::{compression, dist, engine, ndarray, optimizer, store};
+use crate::{compression, engine, ndarray, optimizer, ps, store};
 
 /// Any synkv error. Each layer has its own typed error; this enum wraps them so a caller can
 /// use `?` across layers and still match on the kind.
@@ -21,7 +21,7 @@ pub enum Error {
     Optimizer(#[from] optimizer::Error),
     /// A distributed-layer error (lost node, timeout, authentication, a server's refusal).
     #[error(transparent)]
-    Dist(#[from] dist::Error),
+    Dist(#[from] ps::Error),
     /// An asynchronous operation failed; returned by the next wait on an affected array.
     #[error(transparent)]
     Engine(#[from] engine::Error),

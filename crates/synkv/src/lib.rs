@@ -31,12 +31,12 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod compression;
-pub mod dist;
 pub mod engine;
 mod error;
 pub mod kernels;
 pub mod ndarray;
 pub mod optimizer;
+pub mod ps;
 pub mod store;
 
 pub use error::{Error, Result};

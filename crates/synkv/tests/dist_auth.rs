@@ -4,8 +4,8 @@
 mod dist_util;
 
 use dist_util::{bounded, join_all, start_scheduler};
-use synkv::dist::proto::{Command, Message};
-use synkv::dist::{auth, AuthError, Cluster, Error, Node, Role, TcpTransport, Transport};
+use synkv::ps::proto::{Command, Message};
+use synkv::ps::{auth, AuthError, Cluster, Error, Node, Role, TcpTransport, Transport};
 
 const SECRET: &str = "correct-horse-battery-staple";
 
@@ -15,9 +15,9 @@ fn assert_no_secret(e: &Error) {
     }
 }
 
-async fn join_as(t: &TcpTransport, cfg: &synkv::dist::Config, secret: Option<&str>) -> synkv::dist::Result<Cluster> {
+async fn join_as(t: &TcpTransport, cfg: &synkv::ps::Config, secret: Option<&str>) -> synkv::ps::Result<Cluster> {
     let mut cfg = cfg.for_node(Role::Worker, None);
-    cfg.secret = secret.and_then(synkv::dist::Secret::new);
+    cfg.secret = secret.and_then(synkv::ps::Secret::new);
     Cluster::join(t, &cfg, 7, Default::default()).await
 }
 
@@ -67,7 +67,7 @@ async fn registering_a_role_other_than_the_authenticated_one_is_refused() {
     bounded(async {
         let t = TcpTransport::default();
         let sched = start_scheduler(&t, 1, 1, &[("SYNKV_SECRET", SECRET)]).await;
-        let secret = synkv::dist::Secret::new(SECRET).unwrap();
+        let secret = synkv::ps::Secret::new(SECRET).unwrap();
         let mut conn = t.connect(&sched.config.root_addr()).await.unwrap();
         auth::connect(&mut conn, Some(&secret), Role::Worker, std::time::Duration::from_secs(5)).await.unwrap();
         conn.write_message(&Message::register(Node::unassigned(Role::Server, "127.0.0.1", 9, None))).await.unwrap();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dist_util::{bounded, join_all, start_scheduler};
-use synkv::dist::{Error, Group, NodeId, Role, TcpTransport};
+use synkv::ps::{Error, Group, NodeId, Role, TcpTransport};
 
 const TWO_SERVERS_THREE_WORKERS: [(Role, Option<u32>); 5] =
     [(Role::Worker, None), (Role::Server, None), (Role::Worker, None), (Role::Server, None), (Role::Worker, None)];
@@ -151,7 +151,7 @@ async fn late_and_surplus_registrations_are_refused_without_disturbing_the_clust
         let t = TcpTransport::default();
         let sched = start_scheduler(&t, 1, 1, &[]).await;
         let nodes = join_all(&t, &sched.config, &[(Role::Server, None), (Role::Worker, None)]).await;
-        let late = synkv::dist::Cluster::join(&t, &sched.config.for_node(Role::Worker, None), 1, Default::default()).await;
+        let late = synkv::ps::Cluster::join(&t, &sched.config.for_node(Role::Worker, None), 1, Default::default()).await;
         match late {
             Err(Error::Remote { message, .. }) => assert!(message.contains("already formed"), "{message}"),
             other => panic!("expected a refusal, got {other:?}"),
@@ -173,10 +173,10 @@ async fn surplus_worker_during_rendezvous_is_refused() {
         let sched = start_scheduler(&t, 1, 1, &[]).await;
         let first = {
             let (t, c) = (t.clone(), sched.config.for_node(Role::Worker, None));
-            tokio::spawn(async move { synkv::dist::Cluster::join(&t, &c, 1, Default::default()).await })
+            tokio::spawn(async move { synkv::ps::Cluster::join(&t, &c, 1, Default::default()).await })
         };
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let second = synkv::dist::Cluster::join(&t, &sched.config.for_node(Role::Worker, None), 2, Default::default()).await;
+        let second = synkv::ps::Cluster::join(&t, &sched.config.for_node(Role::Worker, None), 2, Default::default()).await;
         match second {
             Err(Error::Remote { message, .. }) => assert!(message.contains("DMLC_NUM_WORKER=1"), "{message}"),
             other => panic!("expected a refusal, got {other:?}"),
@@ -195,7 +195,7 @@ async fn an_incomplete_rendezvous_times_out_everywhere() {
     bounded(async {
         let t = TcpTransport::default();
         let sched = start_scheduler(&t, 1, 2, &[("SYNKV_TIMEOUT_MS", "600")]).await;
-        let joined = synkv::dist::Cluster::join(&t, &sched.config.for_node(Role::Worker, None), 1, Default::default()).await;
+        let joined = synkv::ps::Cluster::join(&t, &sched.config.for_node(Role::Worker, None), 1, Default::default()).await;
         match joined {
             Err(Error::Remote { message, .. }) => assert!(message.contains("0 of 1 servers and 1 of 2 workers"), "{message}"),
             other => panic!("expected the scheduler's timeout, got {other:?}"),
@@ -214,13 +214,13 @@ async fn join_without_a_scheduler_times_out() {
         let t = TcpTransport::default();
         // Bind then drop to get a port nobody listens on.
         let port = {
-            use synkv::dist::{Listener, Transport};
+            use synkv::ps::{Listener, Transport};
             let l = t.bind("127.0.0.1:0").await.unwrap();
             l.local_addr().unwrap().rsplit_once(':').unwrap().1.parse::<u16>().unwrap()
         };
         let cfg = dist_util::config(port, 1, 1, &[("DMLC_ROLE", "worker"), ("SYNKV_TIMEOUT_MS", "300")]);
         let started = Instant::now();
-        let e = synkv::dist::Cluster::join(&t, &cfg, 1, Default::default()).await.unwrap_err();
+        let e = synkv::ps::Cluster::join(&t, &cfg, 1, Default::default()).await.unwrap_err();
         assert!(matches!(e, Error::Timeout { .. }), "{e}");
         assert!(e.to_string().contains(&format!("127.0.0.1:{port}")), "{e}");
         assert!(started.elapsed() < Duration::from_secs(5));

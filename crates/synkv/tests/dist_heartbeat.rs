@@ -6,8 +6,8 @@ mod dist_util;
 use std::time::Duration;
 
 use dist_util::{bounded, config, join_all, start_scheduler};
-use synkv::dist::proto::{Command, Message};
-use synkv::dist::{auth, Cluster, Error, Group, Listener, MemTransport, Node, NodeId, Role, Transport};
+use synkv::ps::proto::{Command, Message};
+use synkv::ps::{auth, Cluster, Error, Group, Listener, MemTransport, Node, NodeId, Role, Transport};
 use tokio::time::Instant;
 
 const INTERVAL: Duration = Duration::from_millis(100);

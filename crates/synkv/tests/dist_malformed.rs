@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use dist_util::{bounded, join_all, start_scheduler};
-use synkv::dist::proto::{check, parse, Command, Header, Limits, Message};
-use synkv::dist::{Error, Group, Node, Role, TcpTransport, Transport};
+use synkv::ps::proto::{check, parse, Command, Header, Limits, Message};
+use synkv::ps::{Error, Group, Node, Role, TcpTransport, Transport};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -1,11 +1,11 @@
-//! One rejection test per wire rule of `dist::proto` (mini-redis's `frame_validation.rs`,
+//! One rejection test per wire rule of `ps::proto` (mini-redis's `frame_validation.rs`,
 //! with limits): every malformed frame is a typed `DecodeError`, never a panic, and oversized
 //! announcements are refused from the header alone, before any memory is reserved.
 
 use bytes::{Bytes, BytesMut};
 
-use synkv::dist::proto::*;
-use synkv::dist::{Node, NodeId, Role};
+use synkv::ps::proto::*;
+use synkv::ps::{Node, NodeId, Role};
 
 fn limits() -> Limits {
     Limits::default()

@@ -1,11 +1,11 @@
-//! Property tests of `dist::proto`: encode → check → parse is the identity, and arbitrary or
+//! Property tests of `ps::proto`: encode → check → parse is the identity, and arbitrary or
 //! mutated bytes never make `check`/`parse` panic (a quick, in-process fuzz target).
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 
-use synkv::dist::proto::*;
-use synkv::dist::{Node, NodeId, Role};
+use synkv::ps::proto::*;
+use synkv::ps::{Node, NodeId, Role};
 
 fn limits() -> Limits {
     Limits::default()

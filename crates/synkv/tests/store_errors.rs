@@ -443,7 +443,7 @@ fn unknown_store_type_lists_valid_names() {
         // configuration error naming the missing variable
         for name in ["dist_sync", "dist_async", "dist_device_sync", "dist"] {
             match create(name) {
-                Err(synkv::Error::Dist(e @ synkv::dist::Error::Config(_))) => assert!(e.to_string().contains("DMLC_PS_ROOT_URI"), "{e}"),
+                Err(synkv::Error::Dist(e @ synkv::ps::Error::Config(_))) => assert!(e.to_string().contains("DMLC_PS_ROOT_URI"), "{e}"),
                 other => panic!("{name}: expected a configuration error, got {other:?}"),
             }
         }

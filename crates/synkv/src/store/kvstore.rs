@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::args::flatten;
-use super::dist::DistStore;
+use super::distributed::DistStore;
 use super::local::LocalStore;
 use super::{Arrays, Error, Key, Keys, StoreType};
 use crate::engine::{Engine, Priority};

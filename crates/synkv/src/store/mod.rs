@@ -13,7 +13,7 @@
 //! - `kind.rs` — [`StoreType`]: the accepted type names;
 //! - `local.rs` — the in-process backend: entries, validation and the engine operations;
 //! - `dist/` — the distributed backend (worker side): key registry, engine operations that
-//!   talk to the servers through `crate::dist::Worker`;
+//!   talk to the servers through `crate::ps::Worker`;
 //! - `kvstore.rs` — [`KVStore`], the public surface;
 //! - `error.rs` — [`Error`].
 //!
@@ -22,7 +22,7 @@
 #![deny(unsafe_code)]
 
 mod args;
-mod dist;
+mod distributed;
 mod error;
 mod key;
 mod kind;

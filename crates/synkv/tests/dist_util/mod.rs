@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use synkv::dist::{Cluster, Config, Listener, Role, Scheduler, Transport};
+use synkv::ps::{Cluster, Config, Listener, Role, Scheduler, Transport};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -39,7 +39,7 @@ pub fn config(port: u16, servers: u32, workers: u32, extra: &[(&str, &str)]) -> 
 /// A running scheduler task.
 pub struct Running {
     pub config: Config,
-    pub handle: JoinHandle<synkv::dist::Result<()>>,
+    pub handle: JoinHandle<synkv::ps::Result<()>>,
     pub stop: CancellationToken,
 }
 

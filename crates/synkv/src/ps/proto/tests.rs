@@ -1,0 +1,80 @@
+//! Unit tests for the codec's own invariants (round trip, zero-copy chunks, alignment,
+//! incomplete input, encoder refusals, control accessors). One rejection test per wire rule
+//! lives in `tests/proto_reject.rs`; the proptests in `tests/proto_roundtrip.rs`.
+
+use bytes::{Bytes, BytesMut};
+
+use super::*;
+use crate::ps::node::{Node, NodeId, Role};
+fn limits() -> Limits {
+    Limits::default()
+}
+
+fn sample() -> Message {
+    let mut m = Message::new(Command::Push).with_request_id(7).with_sender(NodeId(9)).with_flags(Flags::REQUEST);
+    m.meta.keys = vec![3, 5];
+    m.meta.lens = vec![8, 4];
+    m.meta.priority = -2;
+    m.meta.text = "hi".into();
+    m.meta.nodes.push(Node::unassigned(Role::Worker, "127.0.0.1", 4000, Some(1)));
+    m.chunks.push(Chunk { dtype: DTypeCode::F32, data: Bytes::from_static(&[1, 2, 3, 4, 5, 6, 7, 8]) });
+    m.chunks.push(Chunk { dtype: DTypeCode::U8, data: Bytes::from_static(&[9, 9, 9, 9]) });
+    m
+}
+
+fn frame(m: &Message) -> BytesMut {
+    BytesMut::from(&m.encode_to_bytes(&limits()).unwrap()[..])
+}
+
+#[test]
+fn round_trip_sample() {
+    let m = sample();
+    let b = frame(&m);
+    assert_eq!(b.len() % 8, 0);
+    assert_eq!(check(&b, &limits()), Ok(Some(b.len())));
+    assert_eq!(parse(b.freeze(), &limits()), Ok(m));
+}
+
+#[test]
+fn chunks_are_zero_copy_slices_of_the_frame() {
+    let b = frame(&sample()).freeze();
+    let m = parse(b.clone(), &limits()).unwrap();
+    let range = b.as_ptr_range();
+    assert!(range.contains(&m.chunks[0].data.as_ptr()));
+    assert_eq!((m.chunks[0].data.as_ptr() as usize - b.as_ptr() as usize) % 8, 0, "chunks are 8-byte aligned in the frame");
+}
+
+#[test]
+fn incomplete_is_not_an_error() {
+    let b = frame(&sample());
+    for n in 0..b.len() {
+        assert_eq!(check(&b[..n], &limits()), Ok(None), "prefix {n}");
+    }
+}
+
+#[test]
+fn encode_refuses_what_decode_would_reject() {
+    let mut m = sample();
+    m.meta.lens.pop();
+    assert!(matches!(m.encode_head(&limits()), Err(EncodeError::LengthMismatch { .. })));
+    let mut m = sample();
+    m.chunks[0].data = Bytes::from_static(&[0; 6]);
+    assert!(matches!(m.encode_head(&limits()), Err(EncodeError::LengthMismatch { .. })));
+    let m = sample();
+    let tiny = Limits { max_frame_bytes: 64, ..limits() };
+    assert!(matches!(m.encode_head(&tiny), Err(EncodeError::TooLarge { field: "body length", .. })));
+}
+
+#[test]
+fn control_accessors_validate_shape() {
+    let m = Message::new(Command::Register);
+    assert!(m.single_node().is_err());
+    let mut m = Message::new(Command::Barrier);
+    m.meta.head = 9;
+    assert!(m.group().is_err());
+    assert!(Message::new(Command::Challenge).token().is_err());
+    let m = Message::challenge([7; 32]);
+    assert_eq!(m.token(), Ok([7; 32]));
+    let m = Message::challenge_response(Role::Server, [1; 32]);
+    assert_eq!(m.head_role(), Ok(Role::Server));
+}

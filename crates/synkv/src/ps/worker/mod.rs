@@ -1,0 +1,85 @@
+//! [`Worker`]: a worker process's membership of the cluster and its server connections.
+//!
+//! [`Worker::connect`] joins the cluster through [`Cluster`] (workers listen on no port; they
+//! advertise port 0), then connects to every server ([`Client`]). A background task watches
+//! the cluster and fails every pending and later request as soon as a node is reported dead.
+//!
+//! The worker knows nothing of keys or arrays: the store (`store::dist`) slices its values
+//! into messages ([`slicer`](crate::ps::slicer), [`codec`](crate::ps::codec)) and sends
+//! them through the [`Client`]. Shutdown: [`Worker::finish`] stops the connections, tells the
+//! scheduler this worker is done and waits (bounded) until every worker is.
+
+mod client;
+
+use tokio_util::sync::CancellationToken;
+
+pub use self::client::{Client, Waiter};
+use super::node::{Group, Rank, Role};
+use super::transport::Transport;
+use super::{Cluster, Config, Result};
+
+/// A worker's handle on the cluster.
+#[derive(Debug)]
+pub struct Worker {
+    cluster: Cluster,
+    client: Client,
+}
+
+impl Worker {
+    /// Joins the cluster as a worker and connects to every server.
+    pub async fn connect<T: Transport>(transport: &T, config: &Config, shutdown: CancellationToken) -> Result<Worker> {
+        let cluster = Cluster::join(transport, config, 0, shutdown).await?;
+        let servers = cluster.nodes_of(Role::Server).into_iter().cloned().collect();
+        let client = Client::connect(transport, config, cluster.me().id, servers).await?;
+        let watched = client.clone();
+        let failed = cluster.failure_signal();
+        tokio::spawn(async move {
+            let e = failed.await;
+            watched.fail_all(&e);
+        });
+        tracing::info!("{} connected to {} servers", cluster.me(), client.num_servers());
+        Ok(Worker { cluster, client })
+    }
+
+    /// A handle for sending requests to servers.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// The cluster membership (node list, ranks).
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// This worker's rank.
+    pub fn rank(&self) -> Rank {
+        self.cluster.rank()
+    }
+
+    /// `DMLC_NUM_WORKER`.
+    pub fn num_workers(&self) -> u32 {
+        self.cluster.num_workers()
+    }
+
+    /// `DMLC_NUM_SERVER`.
+    pub fn num_servers(&self) -> u32 {
+        self.cluster.num_servers()
+    }
+
+    /// Blocks until every worker reached this barrier (MXNet's `_barrier`), within
+    /// `SYNKV_TIMEOUT_MS`; fails if a node dies meanwhile.
+    pub async fn barrier(&self) -> Result<()> {
+        self.cluster.barrier(Group::WORKERS).await
+    }
+
+    /// Stops the server connections, tells the scheduler this worker is done and waits until
+    /// every worker is (the scheduler then stops the servers).
+    pub async fn finish(self) -> Result<()> {
+        self.client.close(self.cluster_timeout()).await;
+        self.cluster.finish().await
+    }
+
+    fn cluster_timeout(&self) -> std::time::Duration {
+        self.client.timeout().min(std::time::Duration::from_secs(10))
+    }
+}

@@ -1,0 +1,243 @@
+//! The worker's key registry: what each initialised key is (shape, dtype, storage), where it
+//! lives (its ps key and [`Slice`]s), and the engine var that orders its operations.
+//!
+//! Every worker calls `init` with the same keys (spec K2.4), so every worker can validate a
+//! push or pull locally: an uninitialised key, a re-init, a wrong shape or dtype is refused
+//! before anything is sent. Str keys map to ps keys by a stable hash (`ps::slicer`), so
+//! workers may initialise them in any order; two names with the same hash are refused.
+
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
+
+use crate::compression::{CompressionType, Residual};
+use crate::engine::Var;
+use crate::ps::slicer::{self, Slice};
+use crate::store::{Error, Key, KeyKind};
+use crate::{DType, NDArray, Shape, StorageType};
+
+/// One initialised key.
+#[derive(Debug)]
+pub(crate) struct KeyInfo {
+    pub(crate) key: Key,
+    pub(crate) ps: u64,
+    pub(crate) shape: Shape,
+    pub(crate) dtype: DType,
+    pub(crate) stype: StorageType,
+    /// Push writes it, pull reads it: a pull sees the latest push of this worker (K4.5).
+    pub(crate) var: Var,
+    /// Elements (dense) or rows (row_sparse) per server.
+    pub(crate) slices: Vec<Slice>,
+    /// The last communication buffer, reused by the next push once the network dropped it.
+    pub(crate) spare: parking_lot::Mutex<Option<bytes::Bytes>>,
+    /// Gradient-compression state of the key (residual, packed-word buffer).
+    pub(crate) packing: Packing,
+}
+
+/// A key's gradient-compression state on this worker (spec K7.10): one residual for the key
+/// (devices are summed before quantizing), created zeroed at the first compressed push, and
+/// the packed words of the last push, whose allocation the next push reuses once the network
+/// has dropped every view of it.
+#[derive(Debug, Default)]
+pub(crate) struct Packing {
+    pub(crate) residual: std::sync::OnceLock<Residual>,
+    pub(crate) spare: parking_lot::Mutex<Option<Arc<Vec<u32>>>>,
+}
+
+impl KeyInfo {
+    /// Elements per slice unit: 1 for dense keys, the row length for row_sparse keys.
+    pub(crate) fn unit(&self) -> usize {
+        match self.stype {
+            StorageType::RowSparse => self.shape.row_len(),
+            _ => 1,
+        }
+    }
+
+    /// Whether the key is split over several servers.
+    pub(crate) fn is_big(&self) -> bool {
+        self.slices.len() > 1
+    }
+}
+
+/// A key of one call with the arrays given for it (values or outputs), in call order.
+pub(crate) struct Group<'a> {
+    pub(crate) info: Arc<KeyInfo>,
+    pub(crate) arrays: SmallVec<[&'a NDArray; 4]>,
+}
+
+/// Keys and the store's key kind.
+#[derive(Default)]
+pub(crate) struct Registry {
+    kind: Option<KeyKind>,
+    keys: FxHashMap<Key, Arc<KeyInfo>>,
+    by_ps: FxHashMap<u64, Key>,
+}
+
+/// The ps key of a user key.
+pub(crate) fn ps_key(key: &Key) -> u64 {
+    match key {
+        Key::Int(i) => slicer::int_key(*i),
+        Key::Str(s) => slicer::str_key(s),
+    }
+}
+
+impl Registry {
+    /// Checks that every key has the store's kind (or one kind, if none is fixed yet).
+    pub(crate) fn check_kinds<'k>(&self, op: &'static str, keys: impl Iterator<Item = &'k Key>) -> Result<Option<KeyKind>, Error> {
+        let mut kind = self.kind;
+        for key in keys {
+            match kind {
+                None => kind = Some(key.kind()),
+                Some(k) if k != key.kind() => return Err(Error::MixedKeyKinds { op, store: k, got: key.kind(), key: key.clone() }),
+                Some(_) => {}
+            }
+        }
+        Ok(kind)
+    }
+
+    /// Registers new keys after checking every one (all or nothing).
+    ///
+    /// With `compression` set, a big dense f32 key is split in units of packed words (spec
+    /// K7.11) so every server but the last gets a whole number of words; other keys are split
+    /// as K8.8 says. (Keys registered before compression was set keep their K8.8 split; their
+    /// slices are then quantized one by one, which gives the same values.)
+    pub(crate) fn register(
+        &mut self,
+        pairs: &[(Key, &NDArray)],
+        servers: u32,
+        bound: u64,
+        store_type: &str,
+        compression: Option<CompressionType>,
+    ) -> Result<Vec<Arc<KeyInfo>>, Error> {
+        let kind = self.check_kinds("init", pairs.iter().map(|p| &p.0))?;
+        let mut infos = Vec::with_capacity(pairs.len());
+        for (i, (key, value)) in pairs.iter().enumerate() {
+            if self.keys.contains_key(key) || pairs[..i].iter().any(|(k, _)| k == key) {
+                return Err(Error::DuplicateInit { key: key.clone() });
+            }
+            if !matches!(value.dtype(), DType::F32 | DType::F64 | DType::F16 | DType::BF16) {
+                return Err(Error::Unsupported {
+                    op: "init",
+                    store_type: store_type.to_owned(),
+                    reason: format!("key {key} has {} values; distributed keys hold f32, f64, f16 or bf16", value.dtype()),
+                });
+            }
+            let ps = ps_key(key);
+            if let Some(other) = self.by_ps.get(&ps).or_else(|| infos.iter().find(|k: &&KeyInfo| k.ps == ps).map(|k| &k.key)) {
+                return Err(Error::Unsupported {
+                    op: "init",
+                    store_type: store_type.to_owned(),
+                    reason: format!("keys {other} and {key} hash to the same server key; rename one of them"),
+                });
+            }
+            let shape = value.shape().clone();
+            let stype = value.storage_type();
+            let (units, unit) = match stype {
+                StorageType::RowSparse => (shape.rows(), shape.row_len()),
+                _ => (shape.size(), 1),
+            };
+            let packed = compression.filter(|_| stype == StorageType::Dense && value.dtype() == DType::F32);
+            let slices = match packed {
+                Some(kind) => packed_slices(ps, kind, units, servers, bound),
+                None => slicer::slices(ps, units, unit, servers, bound),
+            };
+            infos.push(KeyInfo {
+                key: key.clone(),
+                ps,
+                shape,
+                dtype: value.dtype(),
+                stype,
+                var: Var::new(),
+                slices,
+                spare: Default::default(),
+                packing: Packing::default(),
+            });
+        }
+        self.kind = kind;
+        let infos: Vec<Arc<KeyInfo>> = infos.into_iter().map(Arc::new).collect();
+        for info in &infos {
+            self.by_ps.insert(info.ps, info.key.clone());
+            self.keys.insert(info.key.clone(), Arc::clone(info));
+        }
+        Ok(infos)
+    }
+
+    /// Looks up every key of a call and groups repeated keys, in ascending key order (the
+    /// arrays of one key keep their call order). Fixes the key kind on the first call.
+    pub(crate) fn group<'a>(&mut self, op: &'static str, pairs: Vec<(Key, &'a NDArray)>) -> Result<Vec<Group<'a>>, Error> {
+        let kind = self.check_kinds(op, pairs.iter().map(|p| &p.0))?;
+        let mut found: Vec<(Arc<KeyInfo>, &'a NDArray)> = Vec::with_capacity(pairs.len());
+        for (key, arr) in pairs {
+            let info = self.keys.get(&key).ok_or_else(|| Error::NotInitialized { op, key: key.clone() })?;
+            found.push((Arc::clone(info), arr));
+        }
+        found.sort_by(|a, b| a.0.key.cmp(&b.0.key));
+        let mut groups: Vec<Group<'a>> = Vec::with_capacity(found.len());
+        for (info, arr) in found {
+            match groups.last_mut() {
+                Some(g) if g.info.key == info.key => g.arrays.push(arr),
+                _ => groups.push(Group { info, arrays: smallvec::smallvec![arr] }),
+            }
+        }
+        if self.kind.is_none() {
+            self.kind = kind;
+        }
+        Ok(groups)
+    }
+
+    /// The info of one key.
+    pub(crate) fn get(&self, op: &'static str, key: &Key) -> Result<Arc<KeyInfo>, Error> {
+        self.keys.get(key).cloned().ok_or_else(|| Error::NotInitialized { op, key: key.clone() })
+    }
+
+    /// Every registered key.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &Arc<KeyInfo>> {
+        self.keys.values()
+    }
+}
+
+/// The slices of a dense f32 key of `n` elements on a compressing store: K8.8's placement for a
+/// small key, K7.11's split in units of packed words for a big one.
+fn packed_slices(ps: u64, kind: CompressionType, n: usize, servers: u32, bound: u64) -> Vec<Slice> {
+    let elems = u64::try_from(n).unwrap_or(u64::MAX);
+    if elems < bound || servers <= 1 {
+        return slicer::slices(ps, n, 1, servers, bound);
+    }
+    let mut offset = 0;
+    let mut out = Vec::new();
+    for (server, (len, _words)) in (0u32..).zip(kind.partition_words(n, usize::try_from(servers).unwrap_or(1))) {
+        if len > 0 {
+            out.push(Slice { server, offset, len });
+        }
+        offset += len;
+    }
+    out
+}
+
+/// Checks that `arr` has the key's shape (and, with `same_dtype`, its dtype).
+pub(crate) fn check_array(op: &'static str, info: &KeyInfo, arr: &NDArray, same_dtype: bool) -> Result<(), Error> {
+    if arr.shape() != &info.shape {
+        return Err(Error::ShapeMismatch { op, key: info.key.clone(), expected: info.shape.clone(), got: arr.shape().clone() });
+    }
+    if same_dtype && arr.dtype() != info.dtype {
+        return Err(Error::DTypeMismatch { op, key: info.key.clone(), expected: info.dtype, got: arr.dtype() });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_big_key_on_a_compressing_store_is_split_in_words_k7_11() {
+        let lens =
+            |n, servers| -> Vec<usize> { packed_slices(0, CompressionType::TwoBit, n, servers, 1_000_000).iter().map(|s| s.len).collect() };
+        assert_eq!(lens(1_466_521, 3), vec![488_848, 488_832, 488_841]);
+        let s = packed_slices(0, CompressionType::TwoBit, 1_466_521, 3, 1_000_000);
+        assert_eq!((s[1].offset, s[2].offset), (488_848, 488_848 + 488_832));
+        assert_eq!(lens(10, 3), vec![10], "a small key stays whole");
+        assert_eq!(lens(1_466_521, 1), vec![1_466_521]);
+    }
+}
