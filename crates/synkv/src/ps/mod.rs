@@ -19,7 +19,7 @@
 //!   server (requests with ids and deadlines).
 //!
 //! The ps layer sits below the store: nothing here imports `store`. The worker *store*
-//! (`store::dist`) builds on [`Worker`]; the server uses `ndarray` buffers and the
+//! (`store::distributed`) builds on [`Worker`]; the server uses `ndarray` buffers and the
 //! `optimizer`, which sit below it.
 #![deny(unsafe_code)]
 

@@ -4,7 +4,7 @@
 //! advertise port 0), then connects to every server ([`Client`]). A background task watches
 //! the cluster and fails every pending and later request as soon as a node is reported dead.
 //!
-//! The worker knows nothing of keys or arrays: the store (`store::dist`) slices its values
+//! The worker knows nothing of keys or arrays: the store (`store::distributed`) slices its values
 //! into messages ([`slicer`](crate::ps::slicer), [`codec`](crate::ps::codec)) and sends
 //! them through the [`Client`]. Shutdown: [`Worker::finish`] stops the connections, tells the
 //! scheduler this worker is done and waits (bounded) until every worker is.
