@@ -56,22 +56,22 @@ fn reject_bad_magic_early() {
 #[test]
 fn reject_version() {
     let mut b = frame(&sample());
-    b[4] = 2;
-    assert_eq!(reject(&b), DecodeError::UnsupportedVersion(2));
+    b[4] = 1;
+    assert_eq!(reject(&b), DecodeError::UnsupportedVersion(1));
 }
 
 #[test]
 fn reject_unknown_command() {
     let mut b = frame(&sample());
-    b[6] = 13;
-    assert_eq!(reject(&b), DecodeError::UnknownCommand(13));
+    b[6] = 15;
+    assert_eq!(reject(&b), DecodeError::UnknownCommand(15));
 }
 
 #[test]
 fn reject_unknown_flags() {
     let mut b = frame(&sample());
-    b[8] = 0x11;
-    assert_eq!(reject(&b), DecodeError::UnknownFlags(0x10));
+    b[8] = 0x41;
+    assert_eq!(reject(&b), DecodeError::UnknownFlags(0x40));
 }
 
 #[test]

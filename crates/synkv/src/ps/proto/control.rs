@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use super::header::Command;
 use super::message::{Chunk, DTypeCode, Message};
-use super::DecodeError;
+use super::{DecodeError, ErrorCode};
 use crate::ps::node::{Group, Node, NodeId, Role};
 
 /// Length of authentication nonces and MACs.
@@ -52,10 +52,35 @@ impl Message {
         m
     }
 
-    /// `Error` answering request `request_id`.
+    /// `Error` answering request `request_id` (code [`ErrorCode::Other`]).
     pub fn error(request_id: u64, text: impl Into<String>) -> Message {
+        Message::coded_error(request_id, ErrorCode::Other, text)
+    }
+
+    /// `Error` answering request `request_id`, of kind `code` (in `head`).
+    pub fn coded_error(request_id: u64, code: ErrorCode, text: impl Into<String>) -> Message {
         let mut m = Message::new(Command::Error).with_request_id(request_id);
+        m.meta.head = code.code();
         m.meta.text = text.into();
+        m
+    }
+
+    /// The kind of an `Error` (unknown codes read as [`ErrorCode::Other`]).
+    pub fn error_code(&self) -> ErrorCode {
+        ErrorCode::from_code(self.meta.head)
+    }
+
+    /// `Notice`: `text`, worth logging on the receiving side.
+    pub fn notice(text: impl Into<String>) -> Message {
+        let mut m = Message::new(Command::Notice);
+        m.meta.text = text.into();
+        m
+    }
+
+    /// `NodeDone`: worker `node` finished.
+    pub fn node_done(node: Node) -> Message {
+        let mut m = Message::new(Command::NodeDone).with_sender(NodeId::SCHEDULER);
+        m.meta.nodes.push(node);
         m
     }
 
@@ -82,7 +107,7 @@ impl Message {
         m
     }
 
-    /// The single node of a `Register` or `NodeDead`.
+    /// The single node of a `Register`, `NodeDead` or `NodeDone`.
     pub fn single_node(&self) -> Result<&Node, DecodeError> {
         match self.meta.nodes.as_slice() {
             [node] => Ok(node),

@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 
-use super::header::{Header, HEADER_LEN, MAGIC};
+use super::header::{Flags, Header, HEADER_LEN, MAGIC};
 use super::message::{Chunk, DTypeCode, Message, Meta, NODE_FIXED_LEN, NONE_U32};
 use super::{pad8, DecodeError, Limits};
 use crate::ps::node::{Node, NodeId, Role};
@@ -118,6 +118,8 @@ pub fn parse(frame: Bytes, limits: &Limits) -> Result<Message, DecodeError> {
 
     let keys = c.u64s(header.key_count, "keys")?;
     let lens = c.u64s(header.key_count, "key lengths")?;
+    let offsets = if header.flags.contains(Flags::OFFSETS) { c.u64s(header.key_count, "key offsets")? } else { Vec::new() };
+    let rounds = if header.flags.contains(Flags::ROUNDS) { c.u64s(header.key_count, "round ids")? } else { Vec::new() };
     let chunk_lens = c.u64s(header.chunk_count, "chunk lengths")?;
     let dtype_codes = c.take(header.chunk_count.into(), "chunk dtypes")?;
     let dtypes = dtype_codes.iter().map(|d| DTypeCode::try_from(*d)).collect::<Result<Vec<_>, _>>()?;
@@ -166,10 +168,11 @@ pub fn parse(frame: Bytes, limits: &Limits) -> Result<Message, DecodeError> {
     }
     Ok(Message {
         command: header.command,
-        flags: header.flags,
+        // OFFSETS and ROUNDS say which meta arrays are present; in memory that is the arrays.
+        flags: header.flags.without(Flags::OFFSETS.with(Flags::ROUNDS)),
         sender: header.sender,
         request_id: header.request_id,
-        meta: Meta { keys, lens, priority, head, nodes, text },
+        meta: Meta { keys, lens, offsets, rounds, priority, head, nodes, text },
         chunks,
     })
 }

@@ -9,7 +9,7 @@ use crate::ps::node::NodeId;
 /// The four bytes every frame starts with.
 pub const MAGIC: [u8; 4] = *b"SKV1";
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Size of the fixed header in bytes.
 pub const HEADER_LEN: usize = 40;
 /// [`HEADER_LEN`] as a `u64`, for length arithmetic.
@@ -53,11 +53,17 @@ pub enum Command {
     Reply,
     /// Worker → server: a control command (optimizer, sync mode, stop…), body in chunk 0.
     ServerCommand,
+    /// Server → worker: something worth logging that answers no request (a sync round
+    /// waiting for stragglers); text says what.
+    Notice,
+    /// Scheduler → node: a worker finished (closed its store); it takes part in no later
+    /// sync round or barrier.
+    NodeDone,
 }
 
 impl Command {
     /// Every command, for tests and documentation.
-    pub const ALL: [Command; 17] = [
+    pub const ALL: [Command; 19] = [
         Command::Register,
         Command::NodeList,
         Command::Barrier,
@@ -75,6 +81,8 @@ impl Command {
         Command::PushPull,
         Command::Reply,
         Command::ServerCommand,
+        Command::Notice,
+        Command::NodeDone,
     ];
 
     /// The wire code.
@@ -97,6 +105,8 @@ impl Command {
             Command::PushPull => 18,
             Command::Reply => 19,
             Command::ServerCommand => 20,
+            Command::Notice => 21,
+            Command::NodeDone => 22,
         }
     }
 }
@@ -124,8 +134,14 @@ impl Flags {
     /// A `Push` that initialises its keys (rank 0's `init`); the server refuses a key it
     /// already holds.
     pub const INIT: Flags = Flags(0x8);
+    /// The meta section carries each key's offset (in units) within the key: the key's part
+    /// held as its own entry by the server (a slice of a big key, or a piece of one).
+    pub const OFFSETS: Flags = Flags(0x10);
+    /// The meta section carries each key's round id (the sender's push count of that key
+    /// part), so a retried or duplicated push is refused instead of applied twice.
+    pub const ROUNDS: Flags = Flags(0x20);
     /// Every bit this version understands.
-    pub const KNOWN: Flags = Flags(0xF);
+    pub const KNOWN: Flags = Flags(0x3F);
 
     /// The raw bits.
     pub const fn bits(self) -> u16 {
@@ -135,6 +151,12 @@ impl Flags {
     /// Whether every bit of `other` is set.
     pub const fn contains(self, other: Flags) -> bool {
         self.0 & other.0 == other.0
+    }
+
+    /// These flags without the bits of `other`.
+    #[must_use]
+    pub const fn without(self, other: Flags) -> Flags {
+        Flags(self.0 & !other.0)
     }
 
     /// The union of both sets.

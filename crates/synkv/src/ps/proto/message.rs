@@ -119,6 +119,12 @@ pub struct Meta {
     pub keys: Vec<u64>,
     /// Byte length of each key's value; same length as `keys`.
     pub lens: Vec<u64>,
+    /// Offset of each key's part within the key, in units (elements, or rows of a row_sparse
+    /// key); empty means every offset is 0 (on the wire: flag `OFFSETS` absent).
+    pub offsets: Vec<u64>,
+    /// Round id of each key (the sender's count of earlier pushes of that key part); empty
+    /// means none are carried (flag `ROUNDS` absent).
+    pub rounds: Vec<u64>,
     /// Scheduling priority (higher first).
     pub priority: i32,
     /// Command-specific integer: barrier group bits, control command id, role code…
@@ -182,7 +188,9 @@ impl Message {
         let m = &self.meta;
         let keys = usize_u64(m.keys.len());
         let chunks = usize_u64(self.chunks.len());
-        let mut len = keys.saturating_mul(16).saturating_add(chunks.saturating_mul(9)).saturating_add(16 + usize_u64(m.text.len()));
+        let per_key = 16 + if m.offsets.is_empty() { 0 } else { 8 } + if m.rounds.is_empty() { 0 } else { 8 };
+        let mut len =
+            keys.saturating_mul(per_key).saturating_add(chunks.saturating_mul(9)).saturating_add(16 + usize_u64(m.text.len()));
         for node in &m.nodes {
             if usize_u64(node.host.len()) > u64::from(limits.max_string_len) {
                 return Err(too_large("host length", node.host.len(), limits.max_string_len.into()));
@@ -202,6 +210,15 @@ impl Message {
         if m.lens.len() != m.keys.len() {
             return Err(EncodeError::LengthMismatch { field: "key count and key length count" });
         }
+        if !m.offsets.is_empty() && m.offsets.len() != m.keys.len() {
+            return Err(EncodeError::LengthMismatch { field: "key count and key offset count" });
+        }
+        if !m.rounds.is_empty() && m.rounds.len() != m.keys.len() {
+            return Err(EncodeError::LengthMismatch { field: "key count and round id count" });
+        }
+        if self.flags.contains(Flags::OFFSETS) || self.flags.contains(Flags::ROUNDS) {
+            return Err(EncodeError::LengthMismatch { field: "flags OFFSETS/ROUNDS (set by the encoder from the meta) and the meta" });
+        }
         let mut body = pad8(self.meta_len(limits)?).unwrap_or(u64::MAX);
         let mut chunk_sum: u64 = 0;
         for c in &self.chunks {
@@ -219,9 +236,16 @@ impl Message {
         if body > max_body {
             return Err(EncodeError::TooLarge { field: "body length", value: body, max: max_body });
         }
+        let mut flags = self.flags;
+        if !m.offsets.is_empty() {
+            flags = flags.with(Flags::OFFSETS);
+        }
+        if !m.rounds.is_empty() {
+            flags = flags.with(Flags::ROUNDS);
+        }
         Ok(Header {
             command: self.command,
-            flags: self.flags,
+            flags,
             sender: self.sender,
             request_id: self.request_id,
             key_count,
@@ -244,7 +268,7 @@ impl Message {
         for k in &m.keys {
             out.put_u64_le(*k);
         }
-        for l in &m.lens {
+        for l in m.lens.iter().chain(&m.offsets).chain(&m.rounds) {
             out.put_u64_le(*l);
         }
         for c in &self.chunks {

@@ -25,9 +25,9 @@
 //! | offset | field        | type    | allowed range                                          |
 //! |-------:|--------------|---------|--------------------------------------------------------|
 //! | 0      | magic        | [u8; 4] | `b"SKV1"`                                              |
-//! | 4      | version      | u16     | [`PROTOCOL_VERSION`] (1)                               |
+//! | 4      | version      | u16     | [`PROTOCOL_VERSION`] (2)                               |
 //! | 6      | command      | u16     | a [`Command`] code (table below)                       |
-//! | 8      | flags        | u16     | known [`Flags`] bits only (`0x000F`)                   |
+//! | 8      | flags        | u16     | known [`Flags`] bits only (`0x003F`)                   |
 //! | 10     | reserved     | u16     | 0                                                      |
 //! | 12     | sender       | u32     | any; 0 = not assigned yet (ids as spec K8.5)           |
 //! | 16     | request id   | u64     | any; a reply echoes its request's id                   |
@@ -40,6 +40,8 @@
 //! |----------------|-------------------------|-----------------------------------------------------------------|
 //! | keys           | key count × u64         | any                                                             |
 //! | key lengths    | key count × u64         | bytes of each key's value; if there are keys and chunks, Σ = Σ chunk lengths |
+//! | key offsets    | key count × u64, only with flag `OFFSETS` | each key part's first unit within its key        |
+//! | round ids      | key count × u64, only with flag `ROUNDS`  | each key part's round id (sender's push count)   |
 //! | chunk lengths  | chunk count × u64       | each a multiple of its dtype's size                             |
 //! | chunk dtypes   | chunk count × u8        | a [`DTypeCode`] (mshadow ids 0..=12)                            |
 //! | priority       | i32                     | any                                                             |
@@ -69,12 +71,14 @@
 //! | 9    | `Challenge`        | acceptor → connector | chunk 0 = 32 random bytes (u8)                           |
 //! | 10   | `ChallengeResponse`| connector → acceptor | head = role code; chunk 0 = HMAC-SHA256 (32 bytes)       |
 //! | 11   | `AuthOk`           | acceptor → connector | — (also sent first when no secret is configured)         |
-//! | 12   | `Error`            | any                  | text = message; request id of the failed request         |
+//! | 12   | `Error`            | any                  | text = message; head = [`ErrorCode`]; request id of the failed request; keys = the key part it is about (optional) |
 //! | 16   | `Push`             | worker → server      | keys, key lengths, chunks (values); flags                |
 //! | 17   | `Pull`             | worker → server      | keys                                                     |
 //! | 18   | `PushPull`         | worker → server      | as `Push`; the reply carries values                      |
 //! | 19   | `Reply`            | server → worker      | request id; keys/chunks for pulls                        |
 //! | 20   | `ServerCommand`    | worker → server      | head = command id (spec K8.13); chunk 0 = body (u8)      |
+//! | 21   | `Notice`           | server → worker      | text (e.g. which workers a sync round waits for); keys   |
+//! | 22   | `NodeDone`         | scheduler → node     | nodes = [the worker that finished]                       |
 //!
 //! `NodeDead` also travels server → worker: a server that stops because a node died tells its
 //! workers which one before it closes their connections.
@@ -86,11 +90,18 @@
 //! | 0x0002 | `ROW_SPARSE` | the values are rows: two chunks per key (row ids, then rows)            |
 //! | 0x0004 | `COMPRESSED` | dense gradients as packed 2-bit/1-bit words (spec K7.10), see below     |
 //! | 0x0008 | `INIT`       | a `Push` that creates its keys; a key the server holds is refused       |
+//! | 0x0010 | `OFFSETS`    | the meta carries key offsets (set by the encoder when `Meta::offsets` is non-empty) |
+//! | 0x0020 | `ROUNDS`     | the meta carries round ids (set by the encoder when `Meta::rounds` is non-empty)   |
 //!
 //! # Data messages (worker ↔ server)
 //! Keys are ps keys ([`crate::ps::slicer`]: an int key as a `u32`, a str key as FNV-1a 64
-//! with the top bit set). A big key is split over the servers; each server sees only its
-//! slice, under the same ps key, and row ids relative to the slice's first row.
+//! with the top bit set). A big key is split over the servers, and a part larger than the
+//! partition bound is cut further; each part is a separate entry on its server, named by
+//! (ps key, offset): the offset is the part's first unit within the key (flag `OFFSETS`;
+//! absent means 0). Row ids are relative to the part's first row. Every push carries a round
+//! id per key part (flag `ROUNDS`): the worker's count of its earlier accepted pushes of that
+//! part, so the server places it in a sync round and refuses a duplicate
+//! ([`ErrorCode::DuplicatePush`]) instead of applying it twice.
 //!
 //! | message                 | keys / key lengths                   | chunks per key                       | text |
 //! |-------------------------|--------------------------------------|--------------------------------------|------|
@@ -112,6 +123,7 @@
 //! | 6  | `GetOptimizerStates`     | empty                       | chunk 0 = the server's states (`optimizer::format`) |
 //! | 7  | `SetOptimizerStates`     | states (`optimizer::format`) | empty                        |
 
+mod code;
 mod control;
 mod decode;
 mod error;
@@ -120,6 +132,7 @@ mod message;
 #[cfg(test)]
 mod tests;
 
+pub use code::ErrorCode;
 pub use decode::{check, parse};
 pub use error::{DecodeError, EncodeError};
 pub use header::{Command, Flags, Header, HEADER_LEN, MAGIC, PROTOCOL_VERSION};

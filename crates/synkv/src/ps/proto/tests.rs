@@ -78,3 +78,39 @@ fn control_accessors_validate_shape() {
     let m = Message::challenge_response(Role::Server, [1; 32]);
     assert_eq!(m.head_role(), Ok(Role::Server));
 }
+
+#[test]
+fn offsets_and_round_ids_travel_only_when_present() {
+    let mut m = sample();
+    let plain = frame(&m).len();
+    m.meta.offsets = vec![0, 1 << 40];
+    m.meta.rounds = vec![7, u64::MAX];
+    let b = frame(&m);
+    assert_eq!(b.len(), plain + 2 * 2 * 8, "two u64 per key for each array");
+    let flags = Header::decode(&b, &limits()).unwrap().flags;
+    assert!(flags.contains(Flags::OFFSETS) && flags.contains(Flags::ROUNDS), "the encoder sets the flags from the meta");
+    assert_eq!(parse(b.freeze(), &limits()), Ok(m.clone()), "in memory the arrays say it, not the flags");
+    let mut only_rounds = sample();
+    only_rounds.meta.rounds = vec![1, 2];
+    assert_eq!(parse(frame(&only_rounds).freeze(), &limits()), Ok(only_rounds));
+}
+
+#[test]
+fn encode_refuses_misshapen_offsets_rounds_and_hand_set_flags() {
+    let mut m = sample();
+    m.meta.offsets = vec![1];
+    assert!(matches!(m.encode_head(&limits()), Err(EncodeError::LengthMismatch { .. })));
+    let mut m = sample();
+    m.meta.rounds = vec![1, 2, 3];
+    assert!(matches!(m.encode_head(&limits()), Err(EncodeError::LengthMismatch { .. })));
+    let m = sample().with_flags(Flags::REQUEST.with(Flags::ROUNDS));
+    assert!(matches!(m.encode_head(&limits()), Err(EncodeError::LengthMismatch { .. })));
+}
+
+#[test]
+fn error_frames_carry_their_code() {
+    let m = Message::coded_error(5, ErrorCode::DuplicatePush, "again");
+    let back = parse(frame(&m).freeze(), &limits()).unwrap();
+    assert_eq!(back.error_code(), ErrorCode::DuplicatePush);
+    assert_eq!(Message::error(1, "x").error_code(), ErrorCode::Other);
+}
