@@ -110,31 +110,3 @@ async fn heartbeats_keep_an_idle_cluster_alive() {
     })
     .await;
 }
-
-#[tokio::test(start_paused = true)]
-async fn a_barrier_that_never_completes_times_out() {
-    bounded(async {
-        let t = MemTransport::default();
-        let sched = start_scheduler(&t, 1, 2, &[("SYNKV_TIMEOUT_MS", "5000")]).await;
-        let nodes = join_all(&t, &sched.config, &[(Role::Server, None), (Role::Worker, None), (Role::Worker, None)]).await;
-        let started = Instant::now();
-        match nodes[1].barrier(Group::WORKERS).await.unwrap_err() {
-            Error::Timeout { what, after } => {
-                assert!(what.contains("workers barrier"), "{what}");
-                assert_eq!(after, Duration::from_secs(5));
-            }
-            other => panic!("expected Timeout, got {other}"),
-        }
-        assert!(started.elapsed() >= Duration::from_secs(5));
-        // The cluster itself is still healthy.
-        for n in &nodes {
-            n.check().unwrap();
-        }
-        sched.stop.cancel();
-        for n in &nodes {
-            n.wait_shutdown().await.unwrap();
-        }
-        sched.handle.await.unwrap().unwrap();
-    })
-    .await;
-}

@@ -84,10 +84,15 @@ fn push_blob(blob: &mut Vec<u8>, data: &SlotData) {
     }
 }
 
-/// Serialises an updater's counts, states and optimizer description.
-pub(crate) fn encode(u: &Updater) -> Vec<u8> {
-    let mut keys: Vec<&String> = u.states.keys().collect();
+/// Serialises an updater's counts, states and optimizer description; with `only`, the states
+/// (and counts) of those keys alone.
+pub(crate) fn encode(u: &Updater, only: Option<&[&str]>) -> Vec<u8> {
+    let mut keys: Vec<&String> = match only {
+        None => u.states.keys().collect(),
+        Some(only) => only.iter().filter_map(|k| u.states.get_key_value(*k).map(|(k, _)| k)).collect(),
+    };
     keys.sort();
+    keys.dedup();
     let mut blob = Vec::new();
     let mut states = Vec::with_capacity(keys.len());
     for key in keys {
@@ -103,7 +108,10 @@ pub(crate) fn encode(u: &Updater) -> Vec<u8> {
     let header = Header {
         optimizer: u.opt.clone(),
         num_update: u.num_update,
-        counts: u.counts.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        counts: match only {
+            None => u.counts.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            Some(only) => only.iter().filter_map(|k| u.counts.get_key_value(*k)).map(|(k, v)| (k.clone(), *v)).collect(),
+        },
         states,
     };
     let json = match serde_json::to_vec(&header) {

@@ -81,6 +81,15 @@ impl OptimizerState {
         }
     }
 
+    /// Bytes of its slots and master copy.
+    pub fn byte_len(&self) -> usize {
+        let slot = |d: &SlotData| match d {
+            SlotData::F32(v) => v.len() * 4,
+            SlotData::F64(v) => v.len() * 8,
+        };
+        self.slots.iter().map(|(_, d)| slot(d)).sum::<usize>() + self.master.as_ref().map_or(0, slot)
+    }
+
     /// Number of elements of the weight this state belongs to.
     pub fn len(&self) -> usize {
         self.len

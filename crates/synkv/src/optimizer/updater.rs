@@ -90,12 +90,20 @@ impl Updater {
 
     /// Updates `weight` in place with the dense gradient `grad`.
     pub fn update(&mut self, key: &str, weight: WeightMut<'_>, grad: GradRef<'_>) -> Result<()> {
+        self.update_as(key, key, weight, grad)
+    }
+
+    /// [`update`](Updater::update) of a part of a parameter kept under its own state: the
+    /// state and the update count are `state_key`'s, the hyper-parameters (`lr_mult`,
+    /// `wd_mult`) the parameter `param`'s. A server holding several parts of one key updates
+    /// each as its own state.
+    pub fn update_as(&mut self, param: &str, state_key: &str, weight: WeightMut<'_>, grad: GradRef<'_>) -> Result<()> {
         self.ensure_valid()?;
-        check_dtype(key, &weight, &grad)?;
+        check_dtype(state_key, &weight, &grad)?;
         if weight.len() != grad.len() {
-            return Err(Error::LengthMismatch { key: key.to_owned(), weight: weight.len(), grad: grad.len() });
+            return Err(Error::LengthMismatch { key: state_key.to_owned(), weight: weight.len(), grad: grad.len() });
         }
-        self.step(key, weight, GradIn::Dense(grad))
+        self.step(param, state_key, weight, GradIn::Dense(grad))
     }
 
     /// Updates the dense `weight` (`rows × row_len`) with a row_sparse gradient: row ids
@@ -112,10 +120,24 @@ impl Updater {
         grad_rows: &[i64],
         grad_data: GradRef<'_>,
     ) -> Result<()> {
+        self.update_row_sparse_as(key, key, weight, row_len, grad_rows, grad_data)
+    }
+
+    /// [`update_row_sparse`](Updater::update_row_sparse) of a part of a parameter kept under
+    /// its own state (see [`update_as`](Updater::update_as)).
+    pub fn update_row_sparse_as(
+        &mut self,
+        param: &str,
+        state_key: &str,
+        weight: WeightMut<'_>,
+        row_len: usize,
+        grad_rows: &[i64],
+        grad_data: GradRef<'_>,
+    ) -> Result<()> {
         self.ensure_valid()?;
-        check_dtype(key, &weight, &grad_data)?;
-        let rows = check_rows(key, weight.len(), row_len, grad_rows, grad_data.len())?;
-        self.step(key, weight, GradIn::Rows { row_len, rows, data: grad_data })
+        check_dtype(state_key, &weight, &grad_data)?;
+        let rows = check_rows(state_key, weight.len(), row_len, grad_rows, grad_data.len())?;
+        self.step(param, state_key, weight, GradIn::Rows { row_len, rows, data: grad_data })
     }
 
     fn ensure_valid(&self) -> Result<()> {
@@ -125,7 +147,7 @@ impl Updater {
         self.opt.validate()
     }
 
-    fn step(&mut self, key: &str, weight: WeightMut<'_>, grad: GradIn<'_>) -> Result<()> {
+    fn step(&mut self, param: &str, key: &str, weight: WeightMut<'_>, grad: GradIn<'_>) -> Result<()> {
         let common = self.opt.common();
         let layout = Layout::new(self.opt.state_slots(), weight.elem_type(), weight.len(), common.multi_precision);
         let state = match self.states.get_mut(key) {
@@ -158,8 +180,8 @@ impl Updater {
             None => base,
         };
         let h = Hyper {
-            lr: lr * common.lr_mult.get(key).copied().unwrap_or(1.0),
-            wd: common.wd * common.wd_mult.get(key).copied().unwrap_or(1.0),
+            lr: lr * common.lr_mult.get(param).copied().unwrap_or(1.0),
+            wd: common.wd * common.wd_mult.get(param).copied().unwrap_or(1.0),
             t: count,
             rescale: common.rescale_grad,
             clip: common.clip_gradient,
@@ -190,7 +212,45 @@ impl Updater {
 
     /// Serialises counts, states and the optimizer description (format in `format.rs`).
     pub fn save_states(&self) -> Vec<u8> {
-        format::encode(self)
+        format::encode(self, None)
+    }
+
+    /// [`save_states`](Updater::save_states) of the states of `keys` only (with their counts
+    /// and the updater's `num_update`): one page of a large set of states.
+    pub fn save_states_of(&self, keys: &[&str]) -> Vec<u8> {
+        format::encode(self, Some(keys))
+    }
+
+    /// Adds the counts and states of a file written by [`save_states`](Updater::save_states)
+    /// or [`save_states_of`](Updater::save_states_of) to this updater's, replacing those of
+    /// the same keys and keeping the others (none with `replace`, which makes this
+    /// [`load_states`](Updater::load_states)); `num_update` becomes the larger of both. The
+    /// file is checked as `load_states` checks it before anything changes.
+    pub fn merge_states(&mut self, bytes: &[u8], replace: bool) -> Result<()> {
+        let decoded = format::decode(bytes)?;
+        if decoded.optimizer.name() != self.opt.name() {
+            return Err(Error::OptimizerMismatch { file: decoded.optimizer.name().to_owned(), current: self.opt.name() });
+        }
+        format::check_slots(&self.opt, &decoded.states)?;
+        if replace {
+            self.states.clear();
+            self.counts.clear();
+            self.num_update = decoded.num_update;
+        }
+        self.num_update = self.num_update.max(decoded.num_update);
+        self.counts.extend(decoded.counts);
+        self.states.extend(decoded.states);
+        Ok(())
+    }
+
+    /// The number of keys with a state.
+    pub fn state_count(&self) -> usize {
+        self.states.len()
+    }
+
+    /// Bytes the state of `key` takes in a state file (its slots and master copy).
+    pub fn state_bytes(&self, key: &str) -> usize {
+        self.states.get(key).map_or(0, OptimizerState::byte_len)
     }
 
     /// Restores counts and states saved by [`Updater::save_states`]. The file must come

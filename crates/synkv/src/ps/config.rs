@@ -21,6 +21,9 @@ use super::ConfigError;
 /// Most servers or workers a cluster may have (per role).
 pub const MAX_NODES_PER_ROLE: u32 = 16_384;
 
+/// Default `SYNKV_PARTITION_BYTES` (capped at `SYNKV_MAX_FRAME_BYTES / 8`).
+pub const DEFAULT_PARTITION_BYTES: u64 = 16 << 20;
+
 /// Settings of one distributed process.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -52,6 +55,13 @@ pub struct Config {
     pub timeout: Duration,
     /// Frame limits; `max_frame_bytes` from `SYNKV_MAX_FRAME_BYTES`.
     pub limits: Limits,
+    /// `SYNKV_STRAGGLER_WARN_MS`: how long a sync round may wait for a worker before the wait
+    /// is reported (and again after each further such interval). Never an error.
+    pub straggler_warn: Duration,
+    /// `SYNKV_PARTITION_BYTES`: the largest key part a server holds as one entry and a
+    /// message carries at once (at most `SYNKV_MAX_FRAME_BYTES / 8`). Every memory budget
+    /// derives from it (see [`Config::ingress_bytes`] and the others).
+    pub partition_bytes: u64,
 }
 
 type Lookup<'a> = dyn Fn(&'static str) -> Result<Option<String>, ConfigError> + 'a;
@@ -163,6 +173,23 @@ impl Config {
             "bytes in 65536..=68719476736",
         )?
         .unwrap_or(defaults.max_frame_bytes);
+        let straggler_warn = millis(get, "SYNKV_STRAGGLER_WARN_MS", 60_000, "milliseconds in 1..=86400000")?;
+        let partition_cap = max_frame_bytes / 8;
+        let partition_bytes =
+            match number::<u64>(get, "SYNKV_PARTITION_BYTES", None, (4 << 10, 1 << 40), "bytes in 4096..=SYNKV_MAX_FRAME_BYTES/8")? {
+                None => DEFAULT_PARTITION_BYTES.min(partition_cap),
+                Some(p) if p <= partition_cap => p,
+                Some(p) => {
+                    return Err(err(
+                        "SYNKV_PARTITION_BYTES",
+                        format!(
+                            "{p} is above SYNKV_MAX_FRAME_BYTES / 8 = {partition_cap} (an optimizer state of a part must fit in a frame)"
+                        ),
+                        "bytes in 4096..=SYNKV_MAX_FRAME_BYTES/8",
+                    ))
+                }
+            };
+        let partition_bytes = partition_bytes.max(4 << 10) & !7;
         Ok(Config {
             role,
             root_uri,
@@ -178,7 +205,33 @@ impl Config {
             heartbeat_timeout,
             timeout,
             limits: Limits { max_frame_bytes, ..defaults },
+            straggler_warn,
+            partition_bytes,
         })
+    }
+
+    /// A server's budget of received, unprocessed frame bytes, shared by all its connections
+    /// (4 partitions): past it, its connections stop reading and TCP pushes back.
+    pub fn ingress_bytes(&self) -> u64 {
+        4 * self.partition_bytes
+    }
+
+    /// A server's budget of pushes held unsummed across every key (4 partitions); past it,
+    /// pushes are folded into each key's accumulator on arrival.
+    pub fn held_bytes(&self) -> u64 {
+        4 * self.partition_bytes
+    }
+
+    /// A worker's bound on the bytes of its requests and their expected replies in flight to
+    /// one server (4 partitions; a single larger request goes alone).
+    pub fn window_bytes(&self) -> u64 {
+        4 * self.partition_bytes
+    }
+
+    /// The bound on one connection's queued replies on a server (8 partitions: twice what a
+    /// worker keeps in flight).
+    pub fn outbox_bytes(&self) -> u64 {
+        8 * self.partition_bytes
     }
 
     /// The scheduler's `host:port`.
@@ -229,6 +282,8 @@ mod tests {
         assert_eq!(c.heartbeat_timeout, Duration::from_secs(10));
         assert_eq!(c.timeout, Duration::from_secs(120));
         assert_eq!(c.limits.max_frame_bytes, 1 << 30);
+        assert_eq!(c.straggler_warn, Duration::from_secs(60));
+        assert_eq!(c.partition_bytes, 16 << 20);
         assert!(c.secret.is_none() && c.task_id.is_none() && c.port.is_none());
     }
 
@@ -245,8 +300,11 @@ mod tests {
             ("SYNKV_HEARTBEAT_TIMEOUT_MS", "200"),
             ("SYNKV_TIMEOUT_MS", "3000"),
             ("SYNKV_MAX_FRAME_BYTES", "1048576"),
+            ("SYNKV_STRAGGLER_WARN_MS", "2500"),
+            ("SYNKV_PARTITION_BYTES", "65536"),
         ])
         .unwrap();
+        assert_eq!((c.straggler_warn.as_millis(), c.partition_bytes), (2500, 65536));
         assert_eq!(c.role, Role::Server);
         assert_eq!(c.node_host, "node7");
         assert_eq!((c.task_id, c.port, c.bigarray_bound), (Some(4), Some(5000), 10));
@@ -254,6 +312,13 @@ mod tests {
         assert_eq!((c.heartbeat_interval.as_millis(), c.heartbeat_timeout.as_millis(), c.timeout.as_millis()), (50, 200, 3000));
         assert_eq!(c.limits.max_frame_bytes, 1 << 20);
         assert!(!format!("{c:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn the_partition_bound_follows_a_small_frame_limit() {
+        let c = with(&[("SYNKV_MAX_FRAME_BYTES", "65536")]).unwrap();
+        assert_eq!(c.partition_bytes, 8192);
+        assert_eq!((c.ingress_bytes(), c.held_bytes(), c.window_bytes(), c.outbox_bytes()), (32768, 32768, 32768, 65536));
     }
 
     #[test]
@@ -287,6 +352,9 @@ mod tests {
             ("SYNKV_HEARTBEAT_TIMEOUT_MS", "1000"),
             ("SYNKV_TIMEOUT_MS", "soon"),
             ("SYNKV_MAX_FRAME_BYTES", "10"),
+            ("SYNKV_STRAGGLER_WARN_MS", "0"),
+            ("SYNKV_PARTITION_BYTES", "100"),
+            ("SYNKV_PARTITION_BYTES", "268435456"),
         ];
         for (var, value) in cases {
             let e = with(&[(var, value)]).unwrap_err();

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::node::Node;
-use super::proto::{Command, DecodeError, EncodeError};
+use super::proto::{Command, DecodeError, EncodeError, ErrorCode};
 
 /// A distributed-layer error.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +70,18 @@ pub enum Error {
         node: Node,
         /// Its message.
         message: String,
+    },
+    /// A server refused a data request or command; nothing it holds changed.
+    #[error("{node} refused the request: {message}")]
+    Refused {
+        /// The server.
+        node: Node,
+        /// Why, as a code (the store turns it back into its typed error).
+        code: ErrorCode,
+        /// Why, in words (names the key and the fix).
+        message: String,
+        /// The key part (ps key, offset) it is about, when the server named one.
+        key: Option<(u64, u64)>,
     },
     /// A configuration variable is missing or malformed.
     #[error(transparent)]

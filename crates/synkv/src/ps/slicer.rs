@@ -69,6 +69,24 @@ pub fn slices(ps_key: u64, units: usize, unit_elems: usize, servers: u32, bound:
         .collect()
 }
 
+/// `slices` with every slice longer than `max_units` cut into the fewest near-equal parts of
+/// at most `max_units` units, on the same server (parts of one server's share, in order).
+pub fn cut(slices: &[Slice], max_units: usize) -> Vec<Slice> {
+    let max_units = max_units.max(1);
+    let mut out = Vec::with_capacity(slices.len());
+    for s in slices {
+        let parts = s.len.div_ceil(max_units).max(1);
+        let (base, extra) = (s.len / parts, s.len % parts);
+        let mut offset = s.offset;
+        for p in 0..parts {
+            let len = base + usize::from(p < extra);
+            out.push(Slice { server: s.server, offset, len });
+            offset += len;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,6 +118,26 @@ mod tests {
                 assert_eq!(next, units);
             }
         }
+    }
+
+    #[test]
+    fn cutting_keeps_every_unit_once_on_the_same_server_in_parts_below_the_bound() {
+        let shares = slices(1, 1_466_521, 1, 3, 1_000_000);
+        for max in [1usize, 7, 100_000, 488_840, 488_841, 10_000_000] {
+            let parts = cut(&shares, max);
+            let mut next = 0;
+            for p in &parts {
+                assert_eq!(p.offset, next);
+                assert!(p.len >= 1 && p.len <= max);
+                let share = shares.iter().find(|s| s.offset <= p.offset && p.offset < s.offset + s.len).unwrap();
+                assert_eq!(p.server, share.server, "a part stays on its share's server");
+                next += p.len;
+            }
+            assert_eq!(next, 1_466_521);
+        }
+        assert_eq!(cut(&shares, 10_000_000), shares, "nothing to cut");
+        let lens: Vec<usize> = cut(&[Slice { server: 0, offset: 0, len: 10 }], 4).iter().map(|s| s.len).collect();
+        assert_eq!(lens, vec![4, 3, 3], "the fewest parts, near-equal");
     }
 
     #[test]

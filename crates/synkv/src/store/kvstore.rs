@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::args::flatten;
-use super::distributed::DistStore;
+use super::distributed::{DistStore, ServerStats};
 use super::local::LocalStore;
 use super::{Arrays, Error, Key, Keys, StoreType};
 use crate::engine::{Engine, Priority};
@@ -402,6 +402,15 @@ impl KVStore {
         match &self.backend {
             Backend::Local(_) => Ok(()),
             Backend::Dist(s) => s.barrier(),
+        }
+    }
+
+    /// The servers' statistics (memory, key parts, held bytes, waiting requests), by server
+    /// rank; an in-process store has no servers and returns an empty list.
+    pub fn server_stats(&self) -> crate::Result<Vec<ServerStats>> {
+        match &self.backend {
+            Backend::Local(_) => Ok(Vec::new()),
+            Backend::Dist(s) => s.server_stats(),
         }
     }
 

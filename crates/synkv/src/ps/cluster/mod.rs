@@ -12,14 +12,22 @@
 //! later one returns the same [`Error::LostPeer`] naming the node. Higher layers `select!` on
 //! [`Cluster::failed`] to fail their own waits.
 //!
+//! Waits: barriers and a worker's [`Cluster::finish`] last as long as every node is alive —
+//! they end by failure detection (a dead node, a silent scheduler), never by a fixed deadline,
+//! so a slow worker (a long validation, a checkpoint, an uneven last epoch) is not mistaken for
+//! a dead one. Only the rendezvous is bounded by `SYNKV_TIMEOUT_MS` (nodes that never come
+//! cannot be detected any other way).
+//!
 //! Shutdown: a worker calls [`Cluster::finish`] (tell the scheduler it is done, wait until
 //! every worker is); a server awaits [`Cluster::wait_shutdown`], then [`Cluster::close`]s.
+//! [`Cluster::done_workers`] follows the workers that finished (`NodeDone`).
 
 mod shared;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
@@ -27,7 +35,7 @@ use tokio_util::task::TaskTracker;
 use self::shared::{heartbeat_loop, read_loop, write_loop, Shared};
 use super::node::{Group, Node, NodeId, Rank, Role};
 use super::proto::{Command, Limits, Message};
-use super::transport::{Connection, Transport};
+use super::transport::{Connection, Outbox, Transport};
 use super::{auth, Config, Error, Result};
 
 /// Messages a node may queue for the scheduler.
@@ -40,7 +48,7 @@ pub struct Cluster {
     nodes: Vec<Node>,
     config: Config,
     shared: Arc<Shared>,
-    outbox: mpsc::Sender<Message>,
+    outbox: Outbox,
     stop: CancellationToken,
     tracker: TaskTracker,
     _guard: DropGuard,
@@ -101,7 +109,7 @@ impl Cluster {
         let guard = stop.clone().drop_guard();
         let tracker = TaskTracker::new();
         let (reader, writer) = conn.into_split();
-        let (outbox, rx) = mpsc::channel(OUTBOX);
+        let (outbox, rx) = Outbox::bounded(OUTBOX, 2 * Limits::CONTROL_FRAME_BYTES);
         tracker.spawn(read_loop(reader, shared.clone(), stop.clone()));
         tracker.spawn(write_loop(writer, rx, shared.clone(), stop.clone(), config.timeout));
         tracker.spawn(heartbeat_loop(outbox.clone(), shared.clone(), stop.clone(), config.heartbeat_interval, config.heartbeat_timeout));
@@ -193,32 +201,59 @@ impl Cluster {
         }
     }
 
+    /// Queues `msg` for the scheduler. The outbox drains as long as the scheduler reads; a
+    /// scheduler that stops reading is detected by the writer's stall timeout.
     async fn send(&self, msg: Message) -> Result<()> {
-        let sent = tokio::time::timeout(self.config.timeout, self.outbox.send(msg.with_sender(self.me.id))).await;
-        match sent {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(_)) => Err(self.shared.failure().map_or_else(|| Error::Shutdown("cluster closed".into()), |f| f.to_error())),
-            Err(_) => Err(Error::timeout("room in the outbox to the scheduler", self.config.timeout)),
+        match self.outbox.send(msg.with_sender(self.me.id)).await {
+            Ok(()) => Ok(()),
+            Err(_) => Err(self.closed_error()),
         }
     }
 
-    /// Blocks until every member of `group` reached this barrier, within `SYNKV_TIMEOUT_MS`.
-    /// Fails with [`Error::LostPeer`] if a node dies meanwhile. This node must be in `group`.
+    fn closed_error(&self) -> Error {
+        self.shared.failure().map_or_else(|| Error::Shutdown("cluster closed".into()), |f| f.to_error())
+    }
+
+    /// Blocks until every member of `group` reached this barrier (finished workers count as
+    /// arrived). No deadline: it waits as long as every node is alive and fails with
+    /// [`Error::LostPeer`] if one dies. This node must be in `group`.
     pub async fn barrier(&self, group: Group) -> Result<()> {
         if !group.contains(self.me.role) {
             return Err(Error::InvalidArgument(format!("a {} cannot wait at a {group} barrier", self.me.role)));
         }
         let (id, rx) = self.shared.begin_barrier().map_err(|f| f.to_error())?;
-        self.send(Message::barrier(group, id)).await?;
-        match tokio::time::timeout(self.config.timeout, rx).await {
-            Ok(Ok(Ok(()))) => Ok(()),
-            Ok(Ok(Err(f))) => Err(f.to_error()),
-            Ok(Err(_)) => Err(self.shared.failure().map_or_else(|| Error::Shutdown("cluster closed".into()), |f| f.to_error())),
-            Err(_) => {
-                self.shared.cancel_barrier(id);
-                Err(Error::timeout(format!("the {group} barrier (at {})", self.me), self.config.timeout))
-            }
+        if let Err(e) = self.send(Message::barrier(group, id)).await {
+            self.shared.cancel_barrier(id);
+            return Err(e);
         }
+        match rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(f)) => Err(f.to_error()),
+            Err(_) => Err(self.closed_error()),
+        }
+    }
+
+    /// The ranks of the workers that finished so far, updated as the scheduler reports them.
+    pub fn done_workers(&self) -> watch::Receiver<BTreeSet<Rank>> {
+        let mut status = self.shared.status.subscribe();
+        let (tx, rx) = watch::channel(status.borrow().done_workers.clone());
+        let stop = self.stop.clone();
+        self.tracker.spawn(async move {
+            loop {
+                tokio::select! {
+                    changed = status.changed() => if changed.is_err() { return },
+                    () = stop.cancelled() => return,
+                    () = tx.closed() => return,
+                }
+                let done = status.borrow_and_update().done_workers.clone();
+                tx.send_if_modified(|d| {
+                    let changed = *d != done;
+                    *d = done;
+                    changed
+                });
+            }
+        });
+        rx
     }
 
     /// Resolves when the scheduler orders shutdown (every worker is done); fails if the
@@ -234,17 +269,16 @@ impl Cluster {
         }
     }
 
-    /// Worker: tells the scheduler this worker is done, waits (within `SYNKV_TIMEOUT_MS`) until
-    /// every worker is and the scheduler orders shutdown, then closes.
+    /// Worker: tells the scheduler this worker is done, waits until every worker is and the
+    /// scheduler orders shutdown, then closes. No deadline: other workers may train for hours
+    /// more; the wait ends by the shutdown order or by failure detection.
     pub async fn finish(self) -> Result<()> {
         if self.me.role != Role::Worker {
             return Err(Error::InvalidArgument(format!("only workers finish; a {} waits for shutdown", self.me.role)));
         }
         let result = async {
             self.send(Message::new(Command::Shutdown)).await?;
-            tokio::time::timeout(self.config.timeout, self.wait_shutdown())
-                .await
-                .map_err(|_| Error::timeout("every worker to finish (shutdown)", self.config.timeout))?
+            self.wait_shutdown().await
         }
         .await;
         self.close().await;

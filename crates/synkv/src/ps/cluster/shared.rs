@@ -5,17 +5,17 @@
 //! The first failure wins and is kept: every pending barrier is failed with it, and every
 //! later wait returns it, so a survivor always learns which node died and why.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::ps::node::Node;
+use crate::ps::node::{Node, Rank, Role};
 use crate::ps::proto::{Command, Message};
-use crate::ps::transport::{FrameReader, FrameWriter};
+use crate::ps::transport::{drain, Drained, FrameReader, FrameWriter, Outbox, OutboxRx};
 use crate::ps::Error;
 
 /// Why the cluster can no longer be used.
@@ -44,6 +44,8 @@ impl Failure {
 pub(super) struct Status {
     pub(super) failure: Option<Failure>,
     pub(super) shutdown_ordered: bool,
+    /// Ranks of the workers that finished (`NodeDone`).
+    pub(super) done_workers: BTreeSet<Rank>,
 }
 
 #[derive(Debug)]
@@ -133,6 +135,17 @@ impl Shared {
                 Ok(node) => self.fail(Failure::Lost { node: node.clone(), reason: msg.meta.text.clone() }),
                 Err(e) => self.fail(Failure::Lost { node: self.scheduler.clone(), reason: format!("sent a malformed NodeDead: {e}") }),
             },
+            Command::NodeDone => match msg.single_node() {
+                Ok(node) if node.role == Role::Worker => {
+                    let rank = node.rank.unwrap_or(0);
+                    tracing::info!("{node} finished");
+                    self.status.send_modify(|s| {
+                        s.done_workers.insert(rank);
+                    });
+                }
+                Ok(node) => tracing::warn!("ignoring NodeDone for {node}, which is not a worker"),
+                Err(e) => tracing::warn!("ignoring a malformed NodeDone: {e}"),
+            },
             Command::Shutdown => {
                 tracing::info!("the scheduler ordered shutdown");
                 self.status.send_modify(|s| s.shutdown_ordered = true);
@@ -187,39 +200,16 @@ pub(super) async fn read_loop(mut reader: FrameReader, shared: Arc<Shared>, stop
     }
 }
 
-/// Writes queued messages; each write bounded by `timeout`.
-pub(super) async fn write_loop(
-    mut writer: FrameWriter,
-    mut rx: mpsc::Receiver<Message>,
-    shared: Arc<Shared>,
-    stop: CancellationToken,
-    timeout: Duration,
-) {
-    loop {
-        let msg = tokio::select! {
-            m = rx.recv() => m,
-            () = stop.cancelled() => return,
-        };
-        let Some(msg) = msg else { break };
-        let reason = match tokio::time::timeout(timeout, writer.write_message(&msg)).await {
-            Ok(Ok(())) => continue,
-            Ok(Err(e)) => format!("write failed: {e}"),
-            Err(_) => format!("write timed out after {timeout:?}"),
-        };
-        shared.fail(Failure::Lost { node: shared.scheduler.clone(), reason });
-        return;
+/// Writes queued messages (each write bounded by `stall`); a failed write loses the scheduler.
+pub(super) async fn write_loop(mut writer: FrameWriter, rx: OutboxRx, shared: Arc<Shared>, stop: CancellationToken, stall: Duration) {
+    writer.set_stall_timeout(Some(stall));
+    if let Drained::Failed(e) = drain(writer, rx, stop, |_, _| None).await {
+        shared.fail(Failure::Lost { node: shared.scheduler.clone(), reason: format!("write failed: {e}") });
     }
-    let _ = tokio::time::timeout(timeout, writer.shutdown()).await;
 }
 
 /// Sends a heartbeat every `interval`; declares the scheduler dead after `timeout` of silence.
-pub(super) async fn heartbeat_loop(
-    outbox: mpsc::Sender<Message>,
-    shared: Arc<Shared>,
-    stop: CancellationToken,
-    interval: Duration,
-    timeout: Duration,
-) {
+pub(super) async fn heartbeat_loop(outbox: Outbox, shared: Arc<Shared>, stop: CancellationToken, interval: Duration, timeout: Duration) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {

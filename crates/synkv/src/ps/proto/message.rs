@@ -135,6 +135,19 @@ pub struct Meta {
     pub text: String,
 }
 
+impl Meta {
+    /// Appends a key part: its ps key, the byte length of its value and its offset within
+    /// the key. `offsets` stays empty while every offset is 0.
+    pub fn push_key(&mut self, key: u64, len: u64, offset: u64) {
+        self.keys.push(key);
+        self.lens.push(len);
+        if offset != 0 || !self.offsets.is_empty() {
+            self.offsets.resize(self.keys.len() - 1, 0);
+            self.offsets.push(offset);
+        }
+    }
+}
+
 /// One frame's content.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
@@ -189,8 +202,7 @@ impl Message {
         let keys = usize_u64(m.keys.len());
         let chunks = usize_u64(self.chunks.len());
         let per_key = 16 + if m.offsets.is_empty() { 0 } else { 8 } + if m.rounds.is_empty() { 0 } else { 8 };
-        let mut len =
-            keys.saturating_mul(per_key).saturating_add(chunks.saturating_mul(9)).saturating_add(16 + usize_u64(m.text.len()));
+        let mut len = keys.saturating_mul(per_key).saturating_add(chunks.saturating_mul(9)).saturating_add(16 + usize_u64(m.text.len()));
         for node in &m.nodes {
             if usize_u64(node.host.len()) > u64::from(limits.max_string_len) {
                 return Err(too_large("host length", node.host.len(), limits.max_string_len.into()));

@@ -114,3 +114,16 @@ fn error_frames_carry_their_code() {
     assert_eq!(back.error_code(), ErrorCode::DuplicatePush);
     assert_eq!(Message::error(1, "x").error_code(), ErrorCode::Other);
 }
+
+#[test]
+fn push_key_keeps_offsets_empty_until_one_is_not_zero() {
+    let mut m = Meta::default();
+    m.push_key(1, 8, 0);
+    assert!(m.offsets.is_empty());
+    m.push_key(2, 8, 720);
+    m.push_key(3, 8, 0);
+    assert_eq!(m.offsets, vec![0, 720, 0]);
+    let mut first = Meta::default();
+    first.push_key(9, 4, 5);
+    assert_eq!((first.keys, first.offsets), (vec![9], vec![5]), "an offset on the first key");
+}

@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 use super::core::{ConnId, Event};
 use crate::ps::node::Role;
 use crate::ps::proto::{Command, Limits, Message};
-use crate::ps::transport::{Connection, FrameWriter};
+use crate::ps::transport::{drain, Connection, Drained, Outbox};
 use crate::ps::{auth, Config, Error, Result};
 
 /// Messages queued for one peer before it counts as unresponsive.
@@ -53,9 +53,18 @@ impl ConnTask {
         };
         let ConnTask { id, mut conn, config, events, token, tracker } = self;
         conn.set_peer(node.to_string());
-        let (mut reader, writer) = conn.into_split();
-        let (outbox, rx) = mpsc::channel(OUTBOX);
-        tracker.spawn(write_loop(writer, rx, token.clone(), config.timeout));
+        let (mut reader, mut writer) = conn.into_split();
+        writer.set_stall_timeout(Some(config.timeout));
+        let (outbox, rx) = Outbox::bounded(OUTBOX, 2 * Limits::CONTROL_FRAME_BYTES);
+        let writer_token = token.clone();
+        tracker.spawn(async move {
+            match drain(writer, rx, writer_token.clone(), |_, _| None).await {
+                Drained::Failed(e) => tracing::warn!("closing the connection: {e}"),
+                Drained::Closed | Drained::Stopped => {}
+            }
+            // The core dropped this peer, or a write failed: stop the reader as well.
+            writer_token.cancel();
+        });
         if events.send(Event::Registered { conn: id, node, outbox, token: token.clone() }).await.is_err() {
             return;
         }
@@ -122,32 +131,4 @@ impl ConnTask {
         }
         Ok(node)
     }
-}
-
-/// Writes queued messages until the outbox closes (then flushes and closes the connection)
-/// or the token is cancelled. Each write is bounded by `timeout`.
-async fn write_loop(mut writer: FrameWriter, mut rx: mpsc::Receiver<Message>, token: CancellationToken, timeout: Duration) {
-    loop {
-        let msg = tokio::select! {
-            m = rx.recv() => m,
-            () = token.cancelled() => return,
-        };
-        let Some(msg) = msg else { break };
-        match tokio::time::timeout(timeout, writer.write_message(&msg)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::warn!("write to {} failed: {e}", writer.peer());
-                token.cancel();
-                return;
-            }
-            Err(_) => {
-                tracing::warn!("write to {} timed out after {timeout:?}", writer.peer());
-                token.cancel();
-                return;
-            }
-        }
-    }
-    let _ = tokio::time::timeout(timeout, writer.shutdown()).await;
-    // The core dropped this peer: stop the reader as well.
-    token.cancel();
 }

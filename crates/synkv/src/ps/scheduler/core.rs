@@ -7,16 +7,26 @@
 //! rendezvous deadline passes) → `Running` (barriers, heartbeats) → done, either because every
 //! worker sent `Shutdown` (everyone is told `Shutdown`; `Ok`) or because a node died (survivors
 //! are told `NodeDead`; `Err(LostPeer)`).
+//!
+//! **Finished workers.** A worker that sent `Shutdown` is *done*, for good: it is counted
+//! whether or not its connection is still open (a finished worker may exit before the others
+//! finish), its departure is no failure, every other node is told (`NodeDone`: servers stop
+//! waiting for its pushes in sync rounds), and worker barriers count it as arrived. Training
+//! with uneven epochs therefore ends cleanly instead of hanging (MXNet hangs).
+//!
+//! **Barriers** are idempotent per request: a node's barrier request id that is already
+//! waiting is ignored, and one that was already released is released again (a retry after a
+//! lost reply), never counted twice.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::ranks::assign_ranks;
 use crate::ps::node::{Group, Node, NodeId, Role};
 use crate::ps::proto::{Command, Message};
+use crate::ps::transport::Outbox;
 use crate::ps::{Config, Error, Result};
 
 /// Identifies one accepted connection.
@@ -26,7 +36,7 @@ pub(super) type ConnId = u64;
 #[derive(Debug)]
 pub(super) enum Event {
     /// A peer authenticated and sent a valid `Register`.
-    Registered { conn: ConnId, node: Node, outbox: mpsc::Sender<Message>, token: CancellationToken },
+    Registered { conn: ConnId, node: Node, outbox: Outbox, token: CancellationToken },
     /// A message from a registered peer.
     Message { conn: ConnId, msg: Message },
     /// The connection ended: `None` for a clean EOF, else why.
@@ -43,7 +53,7 @@ pub(super) enum Outcome {
 #[derive(Debug)]
 struct Peer {
     node: Node,
-    outbox: mpsc::Sender<Message>,
+    outbox: Outbox,
     token: CancellationToken,
     last_seen: Instant,
     /// A worker that sent `Shutdown`; its departure is not a failure.
@@ -63,7 +73,12 @@ pub(super) struct Core {
     phase: Phase,
     deadline: Instant,
     peers: BTreeMap<ConnId, Peer>,
+    /// Workers that finished, connected or not.
+    done: BTreeSet<NodeId>,
+    /// Per group, the nodes waiting and their barrier request ids.
     barriers: HashMap<Group, BTreeMap<NodeId, u64>>,
+    /// Per (group, node), the request id of the last barrier released.
+    released: HashMap<(Group, NodeId), u64>,
 }
 
 impl Core {
@@ -77,16 +92,22 @@ impl Core {
             task_id: None,
         };
         let deadline = now + config.timeout;
-        Core { config, me, phase: Phase::Registering, deadline, peers: BTreeMap::new(), barriers: HashMap::new() }
+        Core {
+            config,
+            me,
+            phase: Phase::Registering,
+            deadline,
+            peers: BTreeMap::new(),
+            done: BTreeSet::new(),
+            barriers: HashMap::new(),
+            released: HashMap::new(),
+        }
     }
 
     /// Sends `msg` to `conn`; a full or closed outbox marks the peer as unreachable.
     fn send(&mut self, conn: ConnId, msg: Message) -> std::result::Result<(), String> {
         let Some(peer) = self.peers.get(&conn) else { return Ok(()) };
-        peer.outbox.try_send(msg.with_sender(NodeId::SCHEDULER)).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => "not reading its messages (outbox full)".to_owned(),
-            mpsc::error::TrySendError::Closed(_) => "connection closed".to_owned(),
-        })
+        peer.outbox.try_send(msg.with_sender(NodeId::SCHEDULER)).map_err(|e| e.to_string())
     }
 
     /// Sends a final message and closes the peer's connection gracefully.
@@ -130,7 +151,7 @@ impl Core {
         }
     }
 
-    fn on_register(&mut self, conn: ConnId, node: Node, outbox: mpsc::Sender<Message>, token: CancellationToken, now: Instant) -> Outcome {
+    fn on_register(&mut self, conn: ConnId, node: Node, outbox: Outbox, token: CancellationToken, now: Instant) -> Outcome {
         self.peers.insert(conn, Peer { node: node.clone(), outbox, token, last_seen: now, done: false });
         if self.phase != Phase::Registering {
             let text =
@@ -190,7 +211,12 @@ impl Core {
                 if let Some(p) = self.peers.get_mut(&conn) {
                     p.done = true;
                 }
-                tracing::info!("{node} is done");
+                if self.done.insert(node.id) {
+                    tracing::info!("{node} is done ({} of {} workers)", self.done.len(), self.config.num_workers);
+                    let done = node.clone();
+                    self.broadcast(|p| (p.node.id != done.id).then(|| Message::node_done(done.clone())));
+                    self.release_ready_barriers();
+                }
                 return self.maybe_finish();
             }
             other => Message::error(msg.request_id, format!("the scheduler does not accept {other:?} from a {} here", node.role)),
@@ -209,28 +235,52 @@ impl Core {
         if !group.contains(node.role) {
             return Err(format!("a {} is not a member of barrier group {group}", node.role));
         }
-        let size = [Role::Server, Role::Worker].into_iter().filter(|r| group.contains(*r)).map(|r| self.expected(r)).sum::<u32>();
-        let waiting = self.barriers.entry(group).or_default();
-        if waiting.insert(node.id, msg.request_id).is_some() {
-            return Err(format!("{node} is already waiting at the {group} barrier"));
-        }
-        if u32::try_from(waiting.len()).unwrap_or(u32::MAX) < size {
+        if self.released.get(&(group, node.id)).is_some_and(|&r| msg.request_id <= r) {
+            // A retry of a barrier that was released already: release it again.
+            self.send_release(group, node.id, msg.request_id);
             return Ok(());
         }
-        let released = std::mem::take(waiting);
-        tracing::debug!("releasing the {group} barrier");
-        for (id, request_id) in released {
-            if let Some(conn) = self.peers.iter().find(|(_, p)| p.node.id == id).map(|(c, _)| *c) {
-                let _ = self.send(conn, Message::barrier_release(group, request_id));
+        let waiting = self.barriers.entry(group).or_default();
+        match waiting.get(&node.id) {
+            Some(&id) if id == msg.request_id => return Ok(()), // the same request again
+            Some(&id) => return Err(format!("{node} is already waiting at the {group} barrier (request {id})")),
+            None => {
+                waiting.insert(node.id, msg.request_id);
             }
         }
+        self.release_ready_barriers();
         Ok(())
+    }
+
+    /// Releases every barrier whose members have all arrived; finished workers count as
+    /// arrived (they take part in no later barrier).
+    fn release_ready_barriers(&mut self) {
+        let groups: Vec<Group> = self.barriers.keys().copied().collect();
+        for group in groups {
+            let size: u32 = [Role::Server, Role::Worker].into_iter().filter(|r| group.contains(*r)).map(|r| self.expected(r)).sum();
+            let Some(waiting) = self.barriers.get(&group) else { continue };
+            let done = if group.contains(Role::Worker) { self.done.iter().filter(|id| !waiting.contains_key(id)).count() } else { 0 };
+            if waiting.is_empty() || u32::try_from(waiting.len() + done).unwrap_or(u32::MAX) < size {
+                continue;
+            }
+            let released = self.barriers.remove(&group).unwrap_or_default();
+            tracing::debug!("releasing the {group} barrier");
+            for (id, request_id) in released {
+                self.released.insert((group, id), request_id);
+                self.send_release(group, id, request_id);
+            }
+        }
+    }
+
+    fn send_release(&mut self, group: Group, id: NodeId, request_id: u64) {
+        if let Some(conn) = self.peers.iter().find(|(_, p)| p.node.id == id).map(|(c, _)| *c) {
+            let _ = self.send(conn, Message::barrier_release(group, request_id));
+        }
     }
 
     /// Every worker is done: tell every node to stop.
     fn maybe_finish(&mut self) -> Outcome {
-        let done = self.peers.values().filter(|p| p.done).count();
-        if u32::try_from(done).unwrap_or(0) < self.config.num_workers {
+        if u32::try_from(self.done.len()).unwrap_or(u32::MAX) < self.config.num_workers {
             return Outcome::Continue;
         }
         tracing::info!("all workers are done: shutting the cluster down");
@@ -263,7 +313,7 @@ impl Core {
             return Outcome::Continue;
         }
         tracing::error!("{node} is dead: {reason}; telling every survivor");
-        self.broadcast(|p| (!p.done).then(|| Message::node_dead(node.clone(), &reason)));
+        self.broadcast(|_| Some(Message::node_dead(node.clone(), &reason)));
         Outcome::Done(Err(Error::LostPeer { node, reason }))
     }
 
@@ -287,5 +337,88 @@ impl Core {
             Some(conn) => self.declare_dead(conn, format!("no heartbeat for more than {limit:?}")),
             None => Outcome::Continue,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ps::transport::OutboxRx;
+
+    fn config() -> Config {
+        Config::from_map([
+            ("DMLC_ROLE", "scheduler"),
+            ("DMLC_PS_ROOT_URI", "127.0.0.1"),
+            ("DMLC_PS_ROOT_PORT", "9000"),
+            ("DMLC_NUM_SERVER", "1"),
+            ("DMLC_NUM_WORKER", "2"),
+        ])
+        .unwrap()
+    }
+
+    /// A formed cluster of 1 server and 2 workers; returns the core and each peer's outbox
+    /// receiver (conn 1 = server, 2 = worker 0, 3 = worker 1), with the node lists read.
+    fn formed() -> (Core, Vec<OutboxRx>) {
+        let now = Instant::now();
+        let mut core = Core::new(config(), now);
+        let mut rxs = Vec::new();
+        for (conn, (role, task)) in [(Role::Server, 0), (Role::Worker, 0), (Role::Worker, 1)].into_iter().enumerate() {
+            let (outbox, rx) = Outbox::bounded(64, 1 << 20);
+            let node = Node::unassigned(role, "127.0.0.1", 0, Some(task));
+            let conn = ConnId::try_from(conn + 1).unwrap();
+            assert!(matches!(
+                core.on_event(Event::Registered { conn, node, outbox, token: CancellationToken::new() }, now),
+                Outcome::Continue
+            ));
+            rxs.push(rx);
+        }
+        for rx in &mut rxs {
+            assert_eq!(rx.try_recv().map(|m| m.command), Some(Command::NodeList));
+        }
+        (core, rxs)
+    }
+
+    fn send(core: &mut Core, conn: ConnId, msg: Message) -> Outcome {
+        core.on_event(Event::Message { conn, msg }, Instant::now())
+    }
+
+    fn drain(rx: &mut OutboxRx) -> Vec<(Command, u64)> {
+        std::iter::from_fn(|| rx.try_recv()).map(|m| (m.command, m.request_id)).collect()
+    }
+
+    #[test]
+    fn a_barrier_request_sent_twice_counts_once_and_a_released_one_is_released_again() {
+        let (mut core, mut rxs) = formed();
+        send(&mut core, 2, Message::barrier(Group::WORKERS, 5));
+        send(&mut core, 2, Message::barrier(Group::WORKERS, 5)); // a duplicate: no error, not counted twice
+        assert!(drain(&mut rxs[1]).is_empty(), "one worker of two: nothing released yet");
+        send(&mut core, 3, Message::barrier(Group::WORKERS, 9));
+        assert_eq!(drain(&mut rxs[1]), vec![(Command::BarrierRelease, 5)]);
+        assert_eq!(drain(&mut rxs[2]), vec![(Command::BarrierRelease, 9)]);
+        // A retry of a released barrier (its release was lost) is released again, alone.
+        send(&mut core, 2, Message::barrier(Group::WORKERS, 5));
+        assert_eq!(drain(&mut rxs[1]), vec![(Command::BarrierRelease, 5)]);
+        assert!(drain(&mut rxs[2]).is_empty());
+        // A new barrier needs both workers again.
+        send(&mut core, 2, Message::barrier(Group::WORKERS, 6));
+        assert!(drain(&mut rxs[1]).is_empty());
+        // Another request id while one waits is an error.
+        send(&mut core, 2, Message::barrier(Group::WORKERS, 7));
+        assert_eq!(drain(&mut rxs[1]), vec![(Command::Error, 7)]);
+    }
+
+    #[test]
+    fn a_finished_worker_is_announced_counts_at_barriers_and_its_departure_is_no_failure() {
+        let (mut core, mut rxs) = formed();
+        send(&mut core, 3, Message::barrier(Group::WORKERS, 1));
+        assert!(matches!(send(&mut core, 2, Message::new(Command::Shutdown)), Outcome::Continue));
+        let server: Vec<Command> = drain(&mut rxs[0]).into_iter().map(|(c, _)| c).collect();
+        assert_eq!(server, vec![Command::NodeDone], "the server learns that worker 0 finished");
+        assert_eq!(drain(&mut rxs[2]), vec![(Command::NodeDone, 0), (Command::BarrierRelease, 1)], "the barrier no longer waits for it");
+        // Its connection closes: not a failure.
+        assert!(matches!(core.on_event(Event::Closed { conn: 2, reason: None }, Instant::now()), Outcome::Continue));
+        // The last worker finishes: every node is told to shut down.
+        assert!(matches!(send(&mut core, 3, Message::new(Command::Shutdown)), Outcome::Done(Ok(()))));
+        assert_eq!(drain(&mut rxs[0]).last().map(|m| m.0), Some(Command::Shutdown));
     }
 }

@@ -32,7 +32,7 @@ use tokio_util::task::TaskTracker;
 
 use self::conn::ConnTask;
 use self::core::{Core, Outcome};
-use super::transport::{Listener, Transport};
+use super::transport::{accept_loop, Listener, Transport};
 use super::{Config, Error, Result};
 
 /// Connections allowed in the handshake at once beyond the expected node count.
@@ -60,7 +60,7 @@ impl Scheduler {
     /// rendezvous times out ([`Error::Timeout`]) or `shutdown` is cancelled (every node is
     /// told to shut down; `Ok`). Returns only after its connection tasks have finished
     /// (each bounded by the heartbeat timeout).
-    pub async fn run<L: Listener>(self, mut listener: L, shutdown: CancellationToken) -> Result<()> {
+    pub async fn run<L: Listener>(self, listener: L, shutdown: CancellationToken) -> Result<()> {
         let config = self.config;
         // Independent of `shutdown`, so final messages are flushed before connections close;
         // the guards cancel both if this future is dropped.
@@ -77,46 +77,21 @@ impl Scheduler {
             config.num_workers
         );
 
-        let accept_token = accept_stop.clone();
-        let conn_token = conns.clone();
-        let accept_tracker = tracker.clone();
-        let accept_config = config.clone();
-        tracker.spawn(async move {
-            let mut next_id = 0u64;
-            loop {
-                let permit = tokio::select! {
-                    p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-                    () = accept_token.cancelled() => return,
-                };
-                let accepted = tokio::select! {
-                    a = listener.accept() => a,
-                    () = accept_token.cancelled() => return,
-                };
-                match accepted {
-                    Ok((conn, peer)) => {
-                        next_id += 1;
-                        tracing::debug!("connection {next_id} from {peer}");
-                        let task = ConnTask {
-                            id: next_id,
-                            conn,
-                            config: accept_config.clone(),
-                            events: events_tx.clone(),
-                            token: conn_token.child_token(),
-                            tracker: accept_tracker.clone(),
-                        };
-                        accept_tracker.spawn(async move {
-                            task.run().await;
-                            drop(permit);
-                        });
-                    }
-                    Err(e) => {
-                        tracing::warn!("accept failed: {e}");
-                        drop(permit);
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                }
-            }
-        });
+        let (conn_token, conn_tracker, accept_config) = (conns.clone(), tracker.clone(), config.clone());
+        tracker.spawn(accept_loop(listener, permits, accept_stop.clone(), move |id, conn, _peer, permit| {
+            let task = ConnTask {
+                id,
+                conn,
+                config: accept_config.clone(),
+                events: events_tx.clone(),
+                token: conn_token.child_token(),
+                tracker: conn_tracker.clone(),
+            };
+            conn_tracker.spawn(async move {
+                task.run().await;
+                drop(permit);
+            });
+        }));
 
         let mut core = Core::new(config.clone(), Instant::now());
         let mut tick = tokio::time::interval((config.heartbeat_interval / 2).max(Duration::from_millis(1)));

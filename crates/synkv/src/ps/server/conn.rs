@@ -6,41 +6,36 @@
 //! a foreign sender closes this connection only, after an `Error` reply where the connection
 //! still allows one (mini-redis's rule); an unknown command gets an `Error` reply and the
 //! connection stays open.
-
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+//!
+//! Memory: each frame is admitted by the server's [`Ingress`] budget before its body is read,
+//! and events wait for room in the core's bounded queue, so a flooding or fast client is
+//! slowed down by TCP, never buffered without bound. Replies wait in a bounded [`Outbox`]; a
+//! reply that cannot be encoded (it would break the frame limit) is answered with an error
+//! instead, and the connection stays up.
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::core::{Event, Outbox};
+use super::core::Event;
+use super::error::ServerError;
 use crate::ps::node::{Rank, Role};
-use crate::ps::proto::{Command, Message};
-use crate::ps::transport::{Connection, FrameWriter};
+use crate::ps::proto::{Command, ErrorCode, Message};
+use crate::ps::transport::{drain, Connection, Drained, Ingress, Outbox};
 use crate::ps::{auth, Config, Error};
+
+/// Replies queued for one connection at most.
+const OUTBOX: usize = 4096;
 
 /// Everything a connection task needs.
 pub(super) struct ConnTask {
     pub(super) id: u64,
     pub(super) conn: Connection,
     pub(super) config: Config,
-    pub(super) events: mpsc::UnboundedSender<Event>,
+    pub(super) events: mpsc::Sender<Event>,
     pub(super) token: CancellationToken,
     pub(super) tracker: TaskTracker,
-    /// Every live connection's outbox, for the farewell message on failure.
-    pub(super) outboxes: Outboxes,
-}
-
-/// The outboxes of the live connections, by connection id.
-pub(super) type Outboxes = Arc<Mutex<HashMap<u64, Outbox>>>;
-
-/// Sends `msg` to every live connection (a server's last word before it stops).
-pub(super) fn tell_all(outboxes: &Outboxes, msg: &Message) {
-    for outbox in outboxes.lock().unwrap_or_else(PoisonError::into_inner).values() {
-        let _ = outbox.send(msg.clone());
-    }
+    pub(super) ingress: Ingress,
 }
 
 impl ConnTask {
@@ -64,23 +59,38 @@ impl ConnTask {
                 return;
             }
         }
-        let ConnTask { id, conn, config, events, token, tracker, outboxes } = self;
-        let (mut reader, writer) = conn.into_split();
-        let (outbox, rx) = mpsc::unbounded_channel();
-        outboxes.lock().unwrap_or_else(PoisonError::into_inner).insert(id, outbox.clone());
-        tracker.spawn(write_loop(writer, rx, token.clone(), config.timeout));
+        let ConnTask { id, conn, config, events, token, tracker, ingress } = self;
+        let (mut reader, mut writer) = conn.into_split();
+        writer.set_stall_timeout(Some(config.timeout));
+        let (outbox, rx) = Outbox::bounded(OUTBOX, config.outbox_bytes());
+        if events.send(Event::Opened { conn: id, outbox: outbox.clone(), close: token.clone() }).await.is_err() {
+            return;
+        }
+        let writer_token = token.clone();
+        tracker.spawn(async move {
+            let unsendable = |m: &Message, e: &crate::ps::proto::EncodeError| {
+                (m.command != Command::Error).then(|| {
+                    let text = format!("the answer does not fit in a frame ({e}); raise SYNKV_MAX_FRAME_BYTES");
+                    ServerError::new(ErrorCode::TooLarge, text).to_message(m.request_id)
+                })
+            };
+            if let Drained::Failed(e) = drain(writer, rx, writer_token.clone(), unsendable).await {
+                tracing::warn!("closing data connection {id}: {e}");
+            }
+            writer_token.cancel();
+        });
         let mut worker: Option<Rank> = None;
         loop {
             let read = tokio::select! {
-                r = reader.read_message() => r,
+                r = reader.read_admitted(&ingress) => r,
                 () = token.cancelled() => break,
             };
-            let msg = match read {
-                Ok(Some(msg)) => msg,
+            let (msg, admission) = match read {
+                Ok(Some(read)) => read,
                 Ok(None) => break,
                 Err(e) => {
                     if let Error::Protocol { source, .. } = &e {
-                        let _ = outbox.send(Message::error(0, format!("malformed frame: {source}")));
+                        let _ = outbox.try_send(Message::error(0, format!("malformed frame: {source}")));
                     }
                     tracing::warn!("closing connection from {peer}: {e}");
                     break;
@@ -90,26 +100,29 @@ impl ConnTask {
                 Ok(r) => r,
                 Err(text) => {
                     tracing::warn!("closing connection from {peer}: {text}");
-                    let _ = outbox.send(Message::error(msg.request_id, text));
+                    let _ = outbox.try_send(Message::error(msg.request_id, text));
                     break;
                 }
             };
             worker = Some(rank);
             match msg.command {
                 Command::Push | Command::Pull | Command::PushPull | Command::ServerCommand => {
-                    let ev = Event::Request { conn: id, worker: rank, msg, reply: outbox.clone() };
-                    if events.send(ev).is_err() {
+                    let ev = Event::Request { conn: id, worker: rank, msg, admission };
+                    let sent = tokio::select! {
+                        s = events.send(ev) => s,
+                        () = token.cancelled() => break,
+                    };
+                    if sent.is_err() {
                         break;
                     }
                 }
                 other => {
-                    let _ = outbox.send(Message::error(msg.request_id, format!("a server does not accept {other:?}")));
+                    let _ = outbox.try_send(Message::error(msg.request_id, format!("a server does not accept {other:?}")));
                 }
             }
         }
-        outboxes.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
-        let _ = events.send(Event::Closed { conn: id });
-        // The writer flushes what is queued, then closes, once the core drops its clones.
+        let _ = events.send(Event::Closed { conn: id }).await;
+        // The writer flushes what is queued, then closes, once the core drops its clone.
         drop(outbox);
     }
 }
@@ -122,30 +135,4 @@ fn sender_rank(msg: &Message, num_workers: u32, seen: Option<Rank>) -> Result<Ra
         (_, Some(s)) => Err(format!("sender id {} on a connection of worker rank {s}", msg.sender)),
         _ => Err(format!("sender id {} is not a worker of this cluster ({num_workers} workers)", msg.sender)),
     }
-}
-
-/// Writes queued messages until every sender is gone (then closes the connection) or the
-/// token is cancelled. Each write is bounded by `timeout`; a failed write cancels the token.
-async fn write_loop(mut writer: FrameWriter, mut rx: mpsc::UnboundedReceiver<Message>, token: CancellationToken, timeout: Duration) {
-    loop {
-        let msg = tokio::select! {
-            m = rx.recv() => m,
-            () = token.cancelled() => return,
-        };
-        let Some(msg) = msg else { break };
-        match tokio::time::timeout(timeout, writer.write_message(&msg)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::warn!("write to {} failed: {e}", writer.peer());
-                token.cancel();
-                return;
-            }
-            Err(_) => {
-                tracing::warn!("write to {} timed out after {timeout:?}", writer.peer());
-                token.cancel();
-                return;
-            }
-        }
-    }
-    let _ = tokio::time::timeout(timeout, writer.shutdown()).await;
 }

@@ -4,8 +4,22 @@
 //! the cluster through [`Cluster`] advertising that port, then accepts worker connections. Each
 //! connection authenticates exactly as with the scheduler (`SYNKV_SECRET`), then sends data
 //! requests (`Push`, `Pull`, `PushPull`) and [`ServerCmd`]s. All key state lives in one core
-//! thread (`core.rs`; the key table in `keys.rs`), fed by connection tasks (`conn.rs`) — the
-//! shape of mini-redis's server, with the shared state behind a channel instead of a lock.
+//! thread (`core.rs`), fed by connection tasks (`conn.rs`) through a bounded queue — the shape
+//! of mini-redis's server, with the shared state behind a channel instead of a lock.
+//!
+//! ## Organization
+//! - `core.rs` — the state machine: requests, rounds, commands, straggler reports.
+//! - `entry.rs` — one key part ([`EntryKey`](entry::EntryKey)): value, accumulator, updates.
+//! - `round.rs` — a sync round and the round-id rules (duplicates refused).
+//! - `value.rs` — data messages as per-key items; `states.rs` — optimizer states in pages,
+//!   statistics; `error.rs` — typed refusals; `conn.rs` — one worker connection.
+//!
+//! ## Memory
+//! Bounded whatever the number of workers, by budgets derived from `SYNKV_PARTITION_BYTES`
+//! ([`Config::ingress_bytes`], [`Config::held_bytes`], [`Config::outbox_bytes`]): received
+//! frames wait for room in a shared ingress budget before their bodies are read (TCP pushes
+//! back on the senders), a sync round folds pushes into the key's accumulator once the held
+//! budget is spent, and a connection whose worker does not read its replies is closed.
 //!
 //! [`Server::run`] returns `Ok` when the scheduler orders shutdown (every worker finished) or
 //! `shutdown` is cancelled, and [`Error::LostPeer`] when a node dies (naming it). Before
@@ -21,9 +35,13 @@
 
 mod conn;
 mod core;
-mod keys;
+mod entry;
+mod error;
+mod round;
+mod states;
 #[cfg(test)]
 mod tests;
+mod value;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,16 +50,18 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use self::conn::{tell_all, ConnTask, Outboxes};
-use self::core::Core;
+use self::conn::ConnTask;
+use self::core::{Core, Event, Settings};
 use super::proto::Message;
-use super::transport::{Listener, Transport};
+use super::transport::{accept_loop, Ingress, Listener, Transport};
 use super::{Cluster, Config, Error, Result};
 
 /// Connections allowed at once beyond one per worker.
 const CONNECTION_SLACK: u32 = 64;
 /// Time the farewell `NodeDead` gets to reach the workers before connections close.
 const FAREWELL: Duration = Duration::from_millis(200);
+/// Events queued for the core at most (their frames are bounded by the ingress budget).
+const EVENTS: usize = 1024;
 
 /// The control commands a worker sends to every server (`ServerCommand`, `head` = id, body in
 /// chunk 0). Ids follow MXNet's where one exists (spec K8.13); all are idempotent.
@@ -54,11 +74,14 @@ pub enum ServerCmd {
     SetOptimizer,
     /// 3 (`kSyncMode`): body `sync` or `async`.
     SyncMode,
-    /// 6: reply with the optimizer states of this server's keys (chunk 0, the
-    /// `optimizer::format` bytes).
+    /// 6: reply with a page of the optimizer states of this server's keys (chunk 0, the
+    /// `optimizer::format` bytes; the cursor protocol is in `states.rs`).
     GetOptimizerStates,
     /// 7: load optimizer states (body: `optimizer::format` bytes for this server's keys).
     SetOptimizerStates,
+    /// 8: reply with the server's statistics as JSON (resident memory now and at its peak,
+    /// key parts, held bytes, waiting requests).
+    Stats,
 }
 
 impl ServerCmd {
@@ -69,6 +92,7 @@ impl ServerCmd {
             ServerCmd::SyncMode => 3,
             ServerCmd::GetOptimizerStates => 6,
             ServerCmd::SetOptimizerStates => 7,
+            ServerCmd::Stats => 8,
         }
     }
 
@@ -79,6 +103,7 @@ impl ServerCmd {
             3 => Some(ServerCmd::SyncMode),
             6 => Some(ServerCmd::GetOptimizerStates),
             7 => Some(ServerCmd::SetOptimizerStates),
+            8 => Some(ServerCmd::Stats),
             _ => None,
         }
     }
@@ -106,7 +131,7 @@ impl Server {
     }
 
     /// Joins the cluster advertising `listener`'s port and serves workers until shutdown.
-    pub async fn run<T: Transport, L: Listener>(self, transport: &T, mut listener: L, shutdown: CancellationToken) -> Result<()> {
+    pub async fn run<T: Transport, L: Listener>(self, transport: &T, listener: L, shutdown: CancellationToken) -> Result<()> {
         let config = self.config;
         let addr = listener.local_addr()?;
         let port: u16 = addr
@@ -116,53 +141,60 @@ impl Server {
         let cluster = Cluster::join(transport, &config, port, shutdown.child_token()).await?;
         tracing::info!("{} serving on {addr}", cluster.me());
 
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let core = Core::new(cluster.me().id, config.num_workers);
+        let (events_tx, events_rx) = mpsc::channel(EVENTS);
+        let settings = Settings {
+            num_workers: config.num_workers,
+            held_budget: usize::try_from(config.held_bytes()).unwrap_or(usize::MAX),
+            straggler_warn: config.straggler_warn,
+            page_bytes: usize::try_from(config.partition_bytes).unwrap_or(usize::MAX),
+        };
+        let core = Core::new(cluster.me().id, settings);
         let core_thread = std::thread::Builder::new().name("synkv-server".into()).spawn(move || core.run(events_rx))?;
 
         let accept_stop = CancellationToken::new();
         let conns = CancellationToken::new();
         let _guards = (accept_stop.clone().drop_guard(), conns.clone().drop_guard());
         let tracker = TaskTracker::new();
-        let outboxes = Outboxes::default();
-        let accept_outboxes = Arc::clone(&outboxes);
         let permits = Arc::new(Semaphore::new(usize::try_from(config.num_workers + CONNECTION_SLACK).unwrap_or(usize::MAX)));
-        let (accept_token, conn_token, accept_tracker, accept_config) =
-            (accept_stop.clone(), conns.clone(), tracker.clone(), config.clone());
+        let ingress = Ingress::new(config.ingress_bytes());
+        let (conn_token, conn_tracker, conn_config, conn_events) = (conns.clone(), tracker.clone(), config.clone(), events_tx.clone());
+        tracker.spawn(accept_loop(listener, permits, accept_stop.clone(), move |id, conn, _peer, permit| {
+            let task = ConnTask {
+                id,
+                conn,
+                config: conn_config.clone(),
+                events: conn_events.clone(),
+                token: conn_token.child_token(),
+                tracker: conn_tracker.clone(),
+                ingress: ingress.clone(),
+            };
+            conn_tracker.spawn(async move {
+                task.run().await;
+                drop(permit);
+            });
+        }));
+        // The clock of straggler reports, and the workers that finished.
+        let tick = (config.straggler_warn / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let (ticks, stop_ticks) = (events_tx.clone(), accept_stop.clone());
         tracker.spawn(async move {
-            let mut next_id = 0u64;
+            let mut every = tokio::time::interval(tick);
             loop {
-                let permit = tokio::select! {
-                    p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-                    () = accept_token.cancelled() => return,
-                };
-                let accepted = tokio::select! {
-                    a = listener.accept() => a,
-                    () = accept_token.cancelled() => return,
-                };
-                match accepted {
-                    Ok((conn, peer)) => {
-                        next_id += 1;
-                        tracing::debug!("data connection {next_id} from {peer}");
-                        let task = ConnTask {
-                            id: next_id,
-                            conn,
-                            config: accept_config.clone(),
-                            events: events_tx.clone(),
-                            token: conn_token.child_token(),
-                            tracker: accept_tracker.clone(),
-                            outboxes: Arc::clone(&accept_outboxes),
-                        };
-                        accept_tracker.spawn(async move {
-                            task.run().await;
-                            drop(permit);
-                        });
-                    }
-                    Err(e) => {
-                        tracing::warn!("accept failed: {e}");
-                        drop(permit);
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
+                tokio::select! {
+                    _ = every.tick() => { let _ = ticks.try_send(Event::Tick); }
+                    () = stop_ticks.cancelled() => return,
+                }
+            }
+        });
+        let (mut done, done_events, stop_done) = (cluster.done_workers(), events_tx.clone(), accept_stop.clone());
+        tracker.spawn(async move {
+            loop {
+                tokio::select! {
+                    changed = done.changed() => if changed.is_err() { return },
+                    () = stop_done.cancelled() => return,
+                }
+                let set = done.borrow_and_update().clone();
+                if done_events.send(Event::WorkersDone(set)).await.is_err() {
+                    return;
                 }
             }
         });
@@ -177,7 +209,8 @@ impl Server {
                 tracing::error!("{} stopping: {e}", cluster.me());
                 // Tell the workers why, so they report the dead node rather than this server.
                 if let Error::LostPeer { node, reason } = e {
-                    tell_all(&outboxes, &Message::node_dead(node.clone(), reason).with_sender(cluster.me().id));
+                    let farewell = Message::node_dead(node.clone(), reason).with_sender(cluster.me().id);
+                    let _ = events_tx.send(Event::Broadcast(farewell)).await;
                     tokio::time::sleep(FAREWELL).await;
                 }
             }
@@ -186,6 +219,7 @@ impl Server {
         // Stop accepting, close every connection, let the core drain, leave the cluster.
         accept_stop.cancel();
         conns.cancel();
+        drop(events_tx);
         tracker.close();
         if tokio::time::timeout(config.heartbeat_timeout, tracker.wait()).await.is_err() {
             tracing::warn!("connections did not close within {:?}", config.heartbeat_timeout);

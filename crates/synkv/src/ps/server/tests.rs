@@ -1,26 +1,41 @@
 //! Unit tests of the server core, driven event by event without sockets: init, sync rounds
 //! counting distinct workers (K12.10), pushpull replies, async apply, commands.
 
-use tokio::sync::mpsc;
+use std::time::Duration;
 
-use super::core::{Core, Event};
+use tokio_util::sync::CancellationToken;
+
+use super::core::{Core, Event, Settings};
 use super::ServerCmd;
 use crate::ndarray::Buffer;
 use crate::optimizer::{Optimizer, Sgd};
 use crate::ps::codec;
 use crate::ps::node::NodeId;
-use crate::ps::proto::{Command, Flags, Message};
+use crate::ps::proto::{Command, ErrorCode, Flags, Message};
+use crate::ps::transport::{Admission, Outbox, OutboxRx};
 
 struct Harness {
     core: Core,
-    tx: mpsc::UnboundedSender<Message>,
-    rx: mpsc::UnboundedReceiver<Message>,
+    /// One outbox shared by every connection, so replies keep their global order.
+    rx: OutboxRx,
     next: u64,
 }
 
+fn settings(workers: u32) -> Settings {
+    Settings { num_workers: workers, held_budget: 1 << 30, straggler_warn: Duration::from_secs(60), page_bytes: 1 << 20 }
+}
+
 fn harness(workers: u32) -> Harness {
-    let (tx, rx) = mpsc::unbounded_channel();
-    Harness { core: Core::new(NodeId(8), workers), tx, rx, next: 1 }
+    harness_with(settings(workers))
+}
+
+fn harness_with(settings: Settings) -> Harness {
+    let (outbox, rx) = Outbox::bounded(1 << 16, 1 << 30);
+    let mut core = Core::new(NodeId(8), settings.clone());
+    for w in 0..settings.num_workers {
+        core.on_event(Event::Opened { conn: u64::from(w), outbox: outbox.clone(), close: CancellationToken::new() });
+    }
+    Harness { core, rx, next: 1 }
 }
 
 fn data(command: Command, flags: Flags, keys: &[(u64, Vec<f32>)]) -> Message {
@@ -44,16 +59,12 @@ impl Harness {
         let id = self.next;
         self.next += 1;
         let msg = msg.with_request_id(id).with_sender(NodeId::worker(worker).unwrap());
-        self.core.on_event(Event::Request { conn: u64::from(worker), worker, msg, reply: self.tx.clone() });
+        self.core.on_event(Event::Request { conn: u64::from(worker), worker, msg, admission: Admission::default() });
         id
     }
 
     fn replies(&mut self) -> Vec<Message> {
-        let mut out = Vec::new();
-        while let Ok(m) = self.rx.try_recv() {
-            out.push(m);
-        }
-        out
+        std::iter::from_fn(|| self.rx.try_recv()).collect()
     }
 
     fn init(&mut self, keys: &[(u64, Vec<f32>)]) {
@@ -170,6 +181,7 @@ fn the_same_optimizer_keeps_its_states_and_another_replaces_them() {
     h.send(0, Message::server_command(ServerCmd::GetOptimizerStates.id(), bytes::Bytes::new()));
     let r = h.replies();
     assert!(!r[0].chunks[0].data.is_empty());
+    assert_eq!(r[0].meta.text, r#"{"next":null}"#, "one page holds the only state");
     h.send(0, Message::server_command(42, bytes::Bytes::new()));
     assert!(h.replies()[0].meta.text.contains("unknown server command id 42"));
 }
@@ -310,4 +322,258 @@ fn an_optimizer_step_on_a_value_held_by_a_reply_starts_from_that_value() {
     drop((second, third));
     push(&mut h);
     assert_eq!(h.pull(1, 4), vec![7.0; 4], "w += g three times from 1");
+}
+
+/// A push of `keys` with round ids.
+fn rounds(mut m: Message, ids: &[u64]) -> Message {
+    m.meta.rounds = ids.to_vec();
+    m
+}
+
+#[test]
+fn a_duplicated_push_is_refused_by_its_round_id_and_never_applied_twice() {
+    let mut h = harness(2);
+    h.init(&[(5, vec![0.0; 2])]);
+    let push = |v: f32, r: u64| rounds(data(Command::Push, Flags::NONE, &[(5, vec![v; 2])]), &[r]);
+    h.send(0, push(1.0, 0));
+    let dup = h.send(0, push(1.0, 0)); // a retry of the same push
+    let r = h.replies();
+    assert_eq!((r[0].request_id, r[0].command, r[0].error_code()), (dup, Command::Error, ErrorCode::DuplicatePush), "{}", r[0].meta.text);
+    assert!(r[0].meta.text.contains("not applied twice"), "{}", r[0].meta.text);
+    assert_eq!(r[0].meta.keys, vec![5], "the error names the key");
+    h.send(1, push(2.0, 0));
+    assert_eq!(h.replies().len(), 2, "round 0 completes with one push per worker: both are answered");
+    assert_eq!(h.pull(5, 2), vec![3.0; 2], "1 + 2: worker 0's push counted once");
+    // A push from a completed round, and one that skips a round, change nothing.
+    h.send(1, push(100.0, 0));
+    assert_eq!(h.replies()[0].error_code(), ErrorCode::DuplicatePush);
+    h.send(1, push(100.0, 5));
+    assert_eq!(h.replies()[0].error_code(), ErrorCode::RoundGap);
+    assert_eq!(h.pull(5, 2), vec![3.0; 2]);
+    // Round 1, with worker 1 first and worker 0's push after.
+    h.send(1, push(10.0, 1));
+    h.send(0, push(20.0, 1));
+    assert_eq!(h.replies().len(), 2);
+    assert_eq!(h.pull(5, 2), vec![30.0; 2]);
+}
+
+#[test]
+fn async_round_ids_refuse_duplicates_too() {
+    let mut h = harness(2);
+    h.send(0, Message::server_command(ServerCmd::SyncMode.id(), "async".into()));
+    h.replies();
+    h.init(&[(1, vec![0.0; 2])]);
+    h.send(0, rounds(data(Command::Push, Flags::NONE, &[(1, vec![4.0; 2])]), &[0]));
+    h.send(0, rounds(data(Command::Push, Flags::NONE, &[(1, vec![9.0; 2])]), &[0]));
+    let r = h.replies();
+    assert_eq!((r[0].command, r[1].error_code()), (Command::Reply, ErrorCode::DuplicatePush));
+    assert_eq!(h.pull(1, 2), vec![4.0; 2]);
+}
+
+#[test]
+fn finished_workers_no_longer_hold_sync_rounds() {
+    let mut h = harness(3);
+    h.init(&[(1, vec![0.0; 2])]);
+    h.send(0, data(Command::Push, Flags::NONE, &[(1, vec![1.0; 2])]));
+    h.send(1, data(Command::Push, Flags::NONE, &[(1, vec![2.0; 2])]));
+    assert!(h.replies().is_empty(), "waits for worker 2");
+    // Worker 2 finished (an uneven last epoch): the round completes without it.
+    h.core.on_event(Event::WorkersDone([2].into()));
+    assert_eq!(h.replies().len(), 2);
+    assert_eq!(h.pull(1, 2), vec![3.0; 2]);
+    h.send(0, data(Command::Push, Flags::NONE, &[(1, vec![5.0; 2])]));
+    h.send(1, data(Command::Push, Flags::NONE, &[(1, vec![5.0; 2])]));
+    assert_eq!(h.replies().len(), 2, "later rounds need the two workers left");
+    assert_eq!(h.pull(1, 2), vec![10.0; 2]);
+}
+
+#[test]
+fn past_the_held_budget_pushes_are_folded_on_arrival_with_the_same_result() {
+    let n = 1000;
+    for budget in [0usize, 3 * n * 4, 1 << 30] {
+        for optimizer in [false, true] {
+            let mut h = harness_with(Settings { held_budget: budget, ..settings(6) });
+            if optimizer {
+                h.send(0, Message::server_command(ServerCmd::SetOptimizer.id(), Optimizer::test().with_rescale_grad(0.5).to_json().into()));
+                h.replies();
+            }
+            h.init(&[(1, vec![1.0; n]), (2, vec![0.0; 3])]);
+            let mut peak = 0;
+            for w in 0..6u32 {
+                let v = (w + 1) as f32;
+                h.send(w, data(Command::Push, Flags::NONE, &[(1, vec![v; n]), (2, vec![v; 3])]));
+                peak = peak.max(h.core.held_bytes());
+            }
+            assert_eq!(h.replies().len(), 6);
+            let sum = 21.0f32;
+            let want = if optimizer { 1.0 + 0.5 * sum } else { sum };
+            assert_eq!(h.pull(1, n as u64), vec![want; n], "budget {budget}, optimizer {optimizer}");
+            assert!(peak <= budget.max(n * 4 + 12), "held {peak} bytes with a budget of {budget}");
+            assert_eq!(h.core.held_bytes(), 0, "nothing held once the round completed");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_round_waiting_past_the_straggler_bound_is_reported_to_its_waiters_at_a_bounded_rate() {
+    let mut h = harness_with(Settings { straggler_warn: Duration::from_secs(2), ..settings(3) });
+    h.init(&[(7, vec![0.0; 2])]);
+    h.send(0, data(Command::Push, Flags::NONE, &[(7, vec![1.0; 2])]));
+    h.send(1, data(Command::Push, Flags::NONE, &[(7, vec![1.0; 2])]));
+    h.core.on_event(Event::Tick);
+    assert!(h.replies().is_empty(), "not late yet");
+    tokio::time::advance(Duration::from_millis(2100)).await;
+    h.core.on_event(Event::Tick);
+    let notices = h.replies();
+    assert_eq!(notices.len(), 2, "one notice per waiting connection");
+    assert!(notices.iter().all(|m| m.command == Command::Notice));
+    assert!(notices[0].meta.text.contains("waited 2 s for worker rank 2"), "{}", notices[0].meta.text);
+    tokio::time::advance(Duration::from_millis(500)).await;
+    h.core.on_event(Event::Tick);
+    assert!(h.replies().is_empty(), "at most one report per bound");
+    tokio::time::advance(Duration::from_millis(2000)).await;
+    h.core.on_event(Event::Tick);
+    assert_eq!(h.replies().len(), 2, "repeated after another bound");
+    h.send(2, data(Command::Push, Flags::NONE, &[(7, vec![1.0; 2])]));
+    assert_eq!(h.replies().len(), 3, "slow is not dead: the round completes");
+    assert_eq!(h.pull(7, 2), vec![3.0; 2]);
+}
+
+#[test]
+fn refusals_carry_their_error_code() {
+    let mut h = harness(1);
+    h.init(&[(1, vec![0.0; 2])]);
+    let code = |h: &mut Harness, m: Message| {
+        h.send(0, m);
+        let r = h.replies().remove(0);
+        assert_eq!(r.command, Command::Error);
+        r.error_code()
+    };
+    assert_eq!(code(&mut h, data(Command::Push, Flags::NONE, &[(9, vec![1.0])])), ErrorCode::NotInitialized);
+    assert_eq!(code(&mut h, data(Command::Push, Flags::INIT, &[(1, vec![1.0])])), ErrorCode::DuplicateInit);
+    assert_eq!(code(&mut h, data(Command::Push, Flags::NONE, &[(1, vec![1.0; 3])])), ErrorCode::ShapeMismatch);
+    let mut f64_push = Message::new(Command::Push);
+    let chunk = codec::range_to_chunk(&Buffer::from_vec(vec![1.0f64; 2]), 0, 2);
+    f64_push.meta.keys.push(1);
+    f64_push.meta.lens.push(16);
+    f64_push.chunks.push(chunk);
+    assert_eq!(code(&mut h, f64_push), ErrorCode::DTypeMismatch);
+    let mut rows = Message::new(Command::Pull).with_flags(Flags::ROW_SPARSE);
+    rows.meta.keys.push(1);
+    rows.meta.lens.push(8);
+    rows.chunks.push(codec::ids_to_chunk(&[0]));
+    assert_eq!(code(&mut h, rows), ErrorCode::StorageMismatch);
+    assert_eq!(code(&mut h, Message::server_command(ServerCmd::GetOptimizerStates.id(), bytes::Bytes::new())), ErrorCode::NoOptimizer);
+    assert_eq!(h.pull(1, 2), vec![0.0; 2]);
+}
+
+#[test]
+fn parts_of_one_key_are_entries_with_their_own_rounds_and_optimizer_states() {
+    let mut h = harness(1);
+    let sgd = Optimizer::from(Sgd { momentum: 0.5, ..Sgd::default() }).with_learning_rate(1.0);
+    h.send(0, Message::server_command(ServerCmd::SetOptimizer.id(), sgd.to_json().into()));
+    h.replies();
+    let mut init = data(Command::Push, Flags::INIT, &[(3, vec![0.0; 4]), (3, vec![10.0; 2])]);
+    init.meta.offsets = vec![0, 4];
+    init.meta.text = r#"["w","w"]"#.into();
+    h.send(0, init);
+    assert_eq!(h.replies()[0].command, Command::Reply);
+    // Each part is pushed in its own message, as a worker cuts a big key.
+    for (offset, len) in [(0u64, 4usize), (4, 2)] {
+        let mut m = data(Command::Push, Flags::NONE, &[(3, vec![1.0; len])]);
+        m.meta.offsets = vec![offset];
+        m.meta.rounds = vec![0];
+        h.send(0, m);
+        assert_eq!(h.replies()[0].command, Command::Reply);
+    }
+    let mut pull = Message::new(Command::Pull);
+    pull.meta.keys = vec![3, 3];
+    pull.meta.lens = vec![16, 8];
+    pull.meta.offsets = vec![0, 4];
+    h.send(0, pull);
+    let r = h.replies().remove(0);
+    assert_eq!(r.meta.offsets, vec![0, 4], "a reply names the parts it carries");
+    assert_eq!(values(&r), vec![vec![-1.0; 4], vec![9.0; 2]]);
+    h.send(0, Message::server_command(ServerCmd::GetOptimizerStates.id(), bytes::Bytes::new()));
+    let page = h.replies().remove(0);
+    let states = crate::optimizer::Updater::from_saved_states(&page.chunks[0].data).unwrap();
+    let mut keys: Vec<&str> = states.state_keys().collect();
+    keys.sort();
+    assert_eq!(keys, vec!["w", "w@4"]);
+    assert_eq!((states.update_count("w"), states.update_count("w@4")), (Some(1), Some(1)), "one update each, not two");
+}
+
+#[test]
+fn optimizer_states_travel_in_pages_and_load_back() {
+    let mut h = harness_with(Settings { page_bytes: 1000, ..settings(1) });
+    let adam = Optimizer::from(crate::optimizer::Adam::default());
+    h.send(0, Message::server_command(ServerCmd::SetOptimizer.id(), adam.to_json().into()));
+    h.replies();
+    let keys: Vec<(u64, Vec<f32>)> = (0..20).map(|k| (k, vec![1.0; 50])).collect();
+    h.init(&keys);
+    h.send(0, data(Command::Push, Flags::NONE, &keys));
+    h.replies();
+    // Pages of at most ~1000 bytes: 20 states of 2 × 50 floats need many.
+    let mut after: Option<String> = None;
+    let mut pages = Vec::new();
+    loop {
+        let body = serde_json::json!({ "after": after }).to_string();
+        h.send(0, Message::server_command(ServerCmd::GetOptimizerStates.id(), body.into()));
+        let r = h.replies().remove(0);
+        assert_eq!(r.command, Command::Reply, "{}", r.meta.text);
+        let cursor: serde_json::Value = serde_json::from_str(&r.meta.text).unwrap();
+        pages.push(r.chunks[0].data.clone());
+        match cursor["next"].as_str() {
+            Some(k) => after = Some(k.to_owned()),
+            None => break,
+        }
+    }
+    assert!(pages.len() >= 10, "{} pages", pages.len());
+    let mut whole = crate::optimizer::Updater::try_new(adam.clone()).unwrap();
+    for p in &pages {
+        whole.merge_states(p, false).unwrap();
+    }
+    assert_eq!(whole.state_count(), 20);
+    // Load them back page by page into a fresh server: the first page replaces.
+    let mut fresh = harness_with(Settings { page_bytes: 1000, ..settings(1) });
+    fresh.send(0, Message::server_command(ServerCmd::SetOptimizer.id(), adam.to_json().into()));
+    fresh.replies();
+    for (i, p) in pages.iter().enumerate() {
+        let mut m = Message::server_command(ServerCmd::SetOptimizerStates.id(), p.clone());
+        m.meta.text = if i == 0 { "replace".into() } else { "merge".into() };
+        fresh.send(0, m);
+        assert_eq!(fresh.replies()[0].command, Command::Reply);
+    }
+    fresh.send(0, Message::server_command(ServerCmd::GetOptimizerStates.id(), serde_json::json!({ "after": null }).to_string().into()));
+    let first = fresh.replies().remove(0);
+    assert_eq!(first.chunks[0].data, pages[0], "the same first page, byte for byte");
+}
+
+#[test]
+fn a_connection_that_does_not_read_its_replies_is_closed() {
+    let mut core = Core::new(NodeId(8), settings(1));
+    let (outbox, _rx) = Outbox::bounded(4, 1 << 20);
+    let close = CancellationToken::new();
+    core.on_event(Event::Opened { conn: 0, outbox, close: close.clone() });
+    let mut m = Message::new(Command::Pull);
+    m.meta.keys.push(1);
+    m.meta.lens.push(4);
+    for id in 1..=5 {
+        let msg = m.clone().with_request_id(id).with_sender(NodeId::worker(0).unwrap());
+        core.on_event(Event::Request { conn: 0, worker: 0, msg, admission: Admission::default() });
+    }
+    assert!(close.is_cancelled(), "the fifth reply found the outbox full");
+}
+
+#[test]
+fn stats_report_memory_and_key_parts() {
+    let mut h = harness(1);
+    h.init(&[(1, vec![0.0; 2]), (2, vec![0.0; 2])]);
+    h.send(0, Message::server_command(ServerCmd::Stats.id(), bytes::Bytes::new()));
+    let r = h.replies().remove(0);
+    let stats: serde_json::Value = serde_json::from_slice(&r.chunks[0].data).unwrap();
+    assert_eq!(stats["entries"], 2);
+    if cfg!(target_os = "linux") {
+        assert!(stats["peak_rss_bytes"].as_u64().unwrap() >= stats["rss_bytes"].as_u64().unwrap() / 2);
+    }
 }

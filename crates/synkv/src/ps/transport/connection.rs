@@ -1,37 +1,15 @@
-//! [`Connection`]: whole [`Message`]s over one byte stream, split into a [`FrameReader`] and a
-//! [`FrameWriter`] so one task can read while another writes.
-//!
-//! Reading follows mini-redis: bytes accumulate in a buffer; [`check`] says whether a whole
-//! frame is there, and the buffer grows to the frame's announced size only after the header
-//! passed the [`Limits`]. A clean EOF between frames is `Ok(None)`; EOF inside a frame is
-//! [`Error::EofMidFrame`]. Writing hands the encoded head and every chunk's own `Bytes` to
-//! vectored I/O, so tensor bytes are never copied into an intermediate buffer.
+//! [`Connection`]: one framed byte stream to a peer, split into a [`FrameReader`] and a
+//! [`FrameWriter`] so one task can read while another writes (`reader.rs`, `writer.rs`).
 
 use std::fmt;
-use std::io::IoSlice;
 use std::sync::Arc;
 
-use bytes::{Buf, Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::ps::proto::{check, parse, Header, Limits, Message, HEADER_LEN};
-use crate::ps::{Error, Result};
-
-/// Any byte stream a connection can run over.
-pub(crate) trait IoStream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
-impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> IoStream for T {}
-
-type BoxStream = Box<dyn IoStream>;
-
-/// Smallest spare capacity kept for reads, so small frames arrive in few reads.
-const MIN_READ: usize = 8 * 1024;
-/// Frames at least this large leave their allocation for reuse by a later large frame, once
-/// the caller dropped them: a fresh multi-MiB allocation costs a page fault per page.
-const RECYCLE_MIN: usize = 1 << 20;
-/// Most slices handed to one vectored write (below every platform's IOV_MAX).
-const MAX_IOV: usize = 64;
-/// Source of chunk padding.
-static ZEROS: [u8; 8] = [0; 8];
+use super::reader::FrameReader;
+use super::writer::FrameWriter;
+use crate::ps::proto::{Limits, Message};
+use crate::ps::Result;
 
 /// One framed stream to a peer.
 pub struct Connection {
@@ -41,43 +19,39 @@ pub struct Connection {
 
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Connection").field("peer", &self.reader.peer).finish_non_exhaustive()
+        f.debug_struct("Connection").field("peer", &self.reader.peer()).finish_non_exhaustive()
     }
 }
 
 impl Connection {
     /// Wraps `stream`; `peer` names the other end in errors and logs.
     pub fn new<S: AsyncRead + AsyncWrite + Send + Unpin + 'static>(stream: S, peer: impl Into<String>, limits: Limits) -> Connection {
-        let boxed: BoxStream = Box::new(stream);
-        let (r, w) = tokio::io::split(boxed);
+        let (r, w) = tokio::io::split(stream);
         let peer: Arc<str> = Arc::from(peer.into());
-        Connection {
-            reader: FrameReader { io: r, buffer: BytesMut::with_capacity(MIN_READ), limits, peer: peer.clone(), recycle: None },
-            writer: FrameWriter { io: w, limits, peer },
-        }
+        Connection { reader: FrameReader::new(Box::new(r), peer.clone(), limits), writer: FrameWriter::new(Box::new(w), peer, limits) }
     }
 
     /// The peer's name (address, or what the owner set with [`set_peer`](Connection::set_peer)).
     pub fn peer(&self) -> &str {
-        &self.reader.peer
+        self.reader.peer()
     }
 
     /// Renames the peer (e.g. once it registered as a node).
     pub fn set_peer(&mut self, peer: impl Into<String>) {
         let peer: Arc<str> = Arc::from(peer.into());
-        self.reader.peer = peer.clone();
-        self.writer.peer = peer;
+        self.reader.set_peer(peer.clone());
+        self.writer.set_peer(peer);
     }
 
     /// The limits applied to frames in both directions.
     pub fn limits(&self) -> Limits {
-        self.reader.limits
+        self.reader.limits()
     }
 
     /// Replaces the limits (e.g. tighter ones during the handshake).
     pub fn set_limits(&mut self, limits: Limits) {
-        self.reader.limits = limits;
-        self.writer.limits = limits;
+        self.reader.set_limits(limits);
+        self.writer.set_limits(limits);
     }
 
     /// Reads the next message; `Ok(None)` on a clean EOF between frames. Cancel-safe.
@@ -97,164 +71,14 @@ impl Connection {
     }
 }
 
-/// The reading half of a [`Connection`].
-pub struct FrameReader {
-    io: ReadHalf<BoxStream>,
-    buffer: BytesMut,
-    limits: Limits,
-    peer: Arc<str>,
-    /// The last large frame (a cheap handle); its allocation is reused when we hold the only
-    /// handle left.
-    recycle: Option<Bytes>,
-}
-
-impl fmt::Debug for FrameReader {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FrameReader").field("peer", &self.peer).field("buffered", &self.buffer.len()).finish_non_exhaustive()
-    }
-}
-
-impl FrameReader {
-    /// The peer's name.
-    pub fn peer(&self) -> &str {
-        &self.peer
-    }
-
-    /// Reads the next message; `Ok(None)` on a clean EOF between frames. Cancel-safe: all
-    /// state lives in the buffer, and the only await is one read.
-    pub async fn read_message(&mut self) -> Result<Option<Message>> {
-        loop {
-            if let Some(msg) = self.parse_buffered()? {
-                return Ok(Some(msg));
-            }
-            if self.io.read_buf(&mut self.buffer).await? == 0 {
-                if self.buffer.is_empty() {
-                    return Ok(None);
-                }
-                return Err(Error::EofMidFrame { peer: self.peer.to_string(), buffered: self.buffer.len() });
-            }
-        }
-    }
-
-    /// Takes one frame out of the buffer if a whole one is there; otherwise makes room for
-    /// the rest of it (bounded by the validated header, or a small constant before that).
-    fn parse_buffered(&mut self) -> Result<Option<Message>> {
-        let protocol = |e| Error::protocol(self.peer.to_string(), e);
-        if let Some(len) = check(&self.buffer, &self.limits).map_err(protocol)? {
-            let frame = self.buffer.split_to(len).freeze();
-            if len >= RECYCLE_MIN {
-                // Let go of the allocation's tail (copying the few bytes of the next frame read
-                // so far), so the whole allocation can be reused once the caller drops the frame.
-                self.buffer = BytesMut::from(&self.buffer[..]);
-                self.recycle = Some(frame.clone());
-            }
-            return parse(frame, &self.limits).map(Some).map_err(protocol);
-        }
-        let want = if self.buffer.len() >= HEADER_LEN {
-            Header::decode(&self.buffer, &self.limits).and_then(|h| h.frame_len()).map_err(protocol)?
-        } else {
-            HEADER_LEN
-        };
-        let need = want.saturating_sub(self.buffer.len()).max(MIN_READ);
-        if self.buffer.capacity() - self.buffer.len() < need {
-            self.reuse_recycled(self.buffer.len() + need);
-        }
-        self.buffer.reserve(need);
-        Ok(None)
-    }
-
-    /// Moves the buffered bytes into the last large frame's allocation if nobody else holds
-    /// that frame any more and it can take `total` bytes.
-    fn reuse_recycled(&mut self, total: usize) {
-        if !self.recycle.as_ref().is_some_and(Bytes::is_unique) {
-            return;
-        }
-        let Some(old) = self.recycle.take() else { return };
-        if let Ok(mut spare) = old.try_into_mut() {
-            spare.clear();
-            if spare.capacity() >= total {
-                spare.extend_from_slice(&self.buffer);
-                self.buffer = spare;
-            }
-        }
-    }
-}
-
-/// The writing half of a [`Connection`].
-pub struct FrameWriter {
-    io: WriteHalf<BoxStream>,
-    limits: Limits,
-    peer: Arc<str>,
-}
-
-impl fmt::Debug for FrameWriter {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FrameWriter").field("peer", &self.peer).finish_non_exhaustive()
-    }
-}
-
-impl FrameWriter {
-    /// The peer's name.
-    pub fn peer(&self) -> &str {
-        &self.peer
-    }
-
-    /// Writes one message: `[head, chunk0, pad0, chunk1, pad1, …]` through vectored writes.
-    /// Not cancel-safe (see [`Connection::write_message`]).
-    pub async fn write_message(&mut self, msg: &Message) -> Result<()> {
-        let mut segments: Vec<Bytes> = Vec::with_capacity(1 + 2 * msg.chunks.len());
-        segments.push(msg.encode_head(&self.limits)?.freeze());
-        for chunk in &msg.chunks {
-            if !chunk.data.is_empty() {
-                segments.push(chunk.data.clone());
-            }
-            let pad = Message::chunk_padding(chunk.data.len());
-            if pad > 0 {
-                segments.push(Bytes::from_static(&ZEROS[..pad]));
-            }
-        }
-        write_all_vectored(&mut self.io, segments).await?;
-        self.io.flush().await?;
-        Ok(())
-    }
-
-    /// Flushes and closes the write direction (the peer reads a clean EOF).
-    pub async fn shutdown(&mut self) -> Result<()> {
-        self.io.shutdown().await?;
-        Ok(())
-    }
-}
-
-/// Writes every segment, in order, with as few vectored writes as the stream allows.
-async fn write_all_vectored<W: AsyncWrite + Unpin>(w: &mut W, mut segments: Vec<Bytes>) -> std::io::Result<()> {
-    let mut first = 0;
-    while first < segments.len() {
-        let written = {
-            let slices: Vec<IoSlice<'_>> = segments[first..].iter().take(MAX_IOV).map(|b| IoSlice::new(b)).collect();
-            w.write_vectored(&slices).await?
-        };
-        if written == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
-        }
-        let mut left = written;
-        while left > 0 && first < segments.len() {
-            let seg = &mut segments[first];
-            if left >= seg.len() {
-                left -= seg.len();
-                first += 1;
-            } else {
-                seg.advance(left);
-                left = 0;
-            }
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ps::proto::Header;
     use crate::ps::proto::{Chunk, Command, DTypeCode};
+    use crate::ps::Error;
+    use bytes::{Bytes, BytesMut};
+    use tokio::io::AsyncWriteExt;
 
     fn big_message(n: usize) -> Message {
         let mut m = Message::new(Command::Push);
@@ -325,16 +149,58 @@ mod tests {
         assert!(err.to_string().contains("peer-x"));
     }
 
+    fn header_announcing(body_len: u64, limits: &Limits) -> BytesMut {
+        let mut header = BytesMut::new();
+        let any = Message::new(Command::Push).encode_to_bytes(limits).unwrap();
+        Header { body_len, ..Header::decode(&any, limits).unwrap() }.encode_into(&mut header);
+        header
+    }
+
     #[tokio::test]
     async fn oversized_frame_is_refused_without_reserving_it() {
         let (mut a, b) = tokio::io::duplex(1024);
         let limits = Limits { max_frame_bytes: 1 << 20, ..Limits::default() };
-        let mut header = BytesMut::new();
-        Header { body_len: 1 << 30, ..Header::decode(&Message::new(Command::Push).encode_to_bytes(&limits).unwrap(), &limits).unwrap() }
-            .encode_into(&mut header);
-        a.write_all(&header).await.unwrap();
+        a.write_all(&header_announcing(1 << 30, &limits)).await.unwrap();
         let mut rx = Connection::new(b, "p", limits);
         assert!(matches!(rx.read_message().await, Err(Error::Protocol { .. })));
-        assert!(rx.reader.buffer.capacity() < 1 << 20);
+        assert!(rx.reader.reserved() < 1 << 20);
+    }
+
+    #[tokio::test]
+    async fn an_announced_frame_reserves_only_what_arrived() {
+        // A 512 MiB frame is announced (within the limits), then 100 KiB arrive and the peer
+        // stalls: the reader holds about what arrived, not the announced size.
+        let (mut a, b) = tokio::io::duplex(1 << 20);
+        let limits = Limits::default();
+        a.write_all(&header_announcing(512 << 20, &limits)).await.unwrap();
+        a.write_all(&vec![0u8; 100 << 10]).await.unwrap();
+        let mut rx = Connection::new(b, "p", limits);
+        let read = tokio::time::timeout(std::time::Duration::from_millis(200), rx.read_message()).await;
+        assert!(read.is_err(), "still waiting for the rest of the frame");
+        assert!(rx.reader.buffered() >= 100 << 10);
+        assert!(rx.reader.reserved() < 1 << 20, "reserved {} bytes for 100 KiB received", rx.reader.reserved());
+    }
+
+    #[tokio::test]
+    async fn an_ingress_budget_holds_back_frames_until_admitted_ones_are_released() {
+        use super::super::reader::Ingress;
+        let (a, b) = tokio::io::duplex(1 << 22);
+        let mut tx = Connection::new(a, "a", Limits::default());
+        let mut rx = Connection::new(b, "b", Limits::default());
+        tokio::spawn(async move {
+            for _ in 0..2 {
+                tx.write_message(&big_message(300_000)).await.unwrap();
+            }
+        });
+        let ingress = Ingress::new(1_500_000);
+        let (first, admitted) = rx.reader.read_admitted(&ingress).await.unwrap().unwrap();
+        assert_eq!(first, big_message(300_000));
+        assert!(ingress.available() < 400_000, "the first frame holds its 1.2 MB");
+        let second = tokio::time::timeout(std::time::Duration::from_millis(200), rx.reader.read_admitted(&ingress)).await;
+        assert!(second.is_err(), "no room for the second frame while the first is held");
+        assert!(rx.reader.buffered() < 1 << 20, "and it was not read ahead");
+        drop(admitted);
+        let (second, _) = rx.reader.read_admitted(&ingress).await.unwrap().unwrap();
+        assert_eq!(second, big_message(300_000));
     }
 }

@@ -1,23 +1,37 @@
-//! Moving frames: [`Connection`] (one framed byte stream) behind the [`Transport`] trait.
+//! Moving frames: [`Connection`] (one framed byte stream) behind the [`Transport`] trait, the
+//! bounded [`Outbox`] every connection writes from, and the one accept loop.
 //!
-//! ps-lite's `Van` split: the protocol (scheduler, cluster) lives above; a transport only
-//! binds, connects and carries whole [`Message`](super::proto::Message)s. [`TcpTransport`] is
-//! the real one (TCP_NODELAY, 4 MiB socket buffers); [`MemTransport`] connects tasks in one
-//! process through in-memory pipes, for tests that run on paused tokio time (real sockets and
-//! paused time do not mix) and for single-process clusters. Shared memory can slot in later
-//! as another implementation.
+//! ps-lite's `Van` split: the protocol (scheduler, cluster, server, worker) lives above; a
+//! transport only binds, connects and carries whole [`Message`](super::proto::Message)s.
+//! [`TcpTransport`] is the real one (TCP_NODELAY, 4 MiB socket buffers); [`MemTransport`]
+//! connects tasks in one process through in-memory pipes, for tests that run on paused tokio
+//! time (real sockets and paused time do not mix) and for single-process clusters. Shared
+//! memory can slot in later as another implementation.
+//!
+//! ## Organization
+//! - `reader.rs` — [`FrameReader`]: frames held only as their bytes arrive; [`Ingress`], a
+//!   process-wide budget of received, unprocessed bytes that pushes back on senders.
+//! - `writer.rs` — [`FrameWriter`] (vectored, stall-bounded writes), [`Outbox`] (bounded in
+//!   messages and bytes) and [`drain`], the single loop writing an outbox to a connection.
+//! - `accept.rs` — [`accept_loop`], the single accept loop (a permit per connection).
 //!
 //! Addresses are `host:port` strings throughout, as the `DMLC_*` variables give them.
 
+mod accept;
 mod connection;
 mod mem;
+mod reader;
 mod tcp;
+mod writer;
 
 use std::future::Future;
 
-pub use connection::{Connection, FrameReader, FrameWriter};
+pub use accept::accept_loop;
+pub use connection::Connection;
 pub use mem::{MemListener, MemTransport};
+pub use reader::{Admission, FrameReader, Ingress};
 pub use tcp::{TcpFrameListener, TcpTransport, DEFAULT_SOCKET_BUFFER};
+pub use writer::{drain, Drained, FrameWriter, Outbox, OutboxError, OutboxRx};
 
 use super::Result;
 

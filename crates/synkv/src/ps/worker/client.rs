@@ -2,29 +2,31 @@
 //! `Customer` + `Van`, as request ids and a tracker).
 //!
 //! One connection per server, authenticated like every other connection. A writer task per
-//! connection drains an outbox; a reader task per connection hands each `Reply`/`Error` to
-//! the request waiting for its id. A request is registered before it is queued, so a reply
-//! can never arrive for an unknown id; a reply for an id nobody waits for (its waiter timed
-//! out) is dropped.
+//! connection drains its outbox ([`drain`]); a reader task per connection hands each
+//! `Reply`/`Error` to the request waiting for its id, and logs a server's `Notice` (a sync
+//! round waiting for stragglers). A request is registered before it is queued, so a reply can
+//! never arrive for an unknown id.
 //!
-//! Failure: when a server connection breaks, every request waiting on that server fails with
-//! [`Error::LostPeer`] naming the server, and so does every later request to it; when the
-//! cluster reports a failure (any node dead, or the scheduler gone), every pending and later
-//! request fails with it. Every wait has a deadline (`SYNKV_TIMEOUT_MS`).
+//! Waits: a request waits as long as its server and the cluster are alive — a sync push may
+//! wait hours for a slow worker (slow is not dead). It fails only by failure detection: when a
+//! server connection breaks (or stops taking bytes for `SYNKV_TIMEOUT_MS`), every request
+//! waiting on that server fails with [`Error::LostPeer`] naming it, and so does every later
+//! request to it; when the cluster reports a failure (any node dead, or the scheduler gone),
+//! every pending and later request fails with it. A request that cannot be encoded (it would
+//! break the frame limit) fails alone; a server's refusal is [`Error::Refused`] with its code.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
-use tokio::time::Instant;
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::ps::node::{Node, NodeId, Role};
 use crate::ps::proto::{Command, Flags, Message};
-use crate::ps::transport::{FrameReader, FrameWriter, Transport};
+use crate::ps::transport::{drain, Drained, FrameReader, Outbox, Transport};
 use crate::ps::{auth, Config, Error, Result};
 
 type Reply = oneshot::Sender<Result<Message>>;
@@ -63,10 +65,9 @@ struct Pending {
 
 struct Inner {
     me: NodeId,
-    servers: Vec<(Node, mpsc::UnboundedSender<Message>)>,
+    servers: Vec<(Node, Outbox)>,
     pending: Mutex<Pending>,
     next_id: AtomicU64,
-    timeout: Duration,
     stop: CancellationToken,
     tracker: TaskTracker,
 }
@@ -87,7 +88,6 @@ impl std::fmt::Debug for Client {
 #[derive(Debug)]
 pub struct Waiter {
     rx: oneshot::Receiver<Result<Message>>,
-    id: u64,
     server: u32,
     client: Client,
 }
@@ -117,6 +117,18 @@ impl Inner {
             let _ = reply.send(Err(fail.to_error()));
         }
     }
+
+    /// Hands a reply (or an error) to the request waiting for `id`.
+    fn answer(&self, id: u64, result: Result<Message>) -> bool {
+        let waiter = self.lock().waiting.remove(&id);
+        match waiter {
+            Some((_, reply)) => {
+                let _ = reply.send(result);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 impl Client {
@@ -138,25 +150,35 @@ impl Client {
             halves.push(conn.into_split());
         }
         let mut links = Vec::with_capacity(servers.len());
-        let mut readers = Vec::with_capacity(servers.len());
+        let mut tasks = Vec::with_capacity(servers.len());
         for (node, (reader, writer)) in servers.into_iter().zip(halves) {
-            let (tx, rx) = mpsc::unbounded_channel();
-            links.push((node, tx));
-            readers.push((reader, writer, rx));
+            let (outbox, rx) = Outbox::unbounded();
+            links.push((node, outbox));
+            tasks.push((reader, writer, rx));
         }
         let inner = Arc::new(Inner {
             me,
             servers: links,
             pending: Mutex::new(Pending::default()),
             next_id: AtomicU64::new(1),
-            timeout: config.timeout,
             stop: stop.clone(),
             tracker: tracker.clone(),
         });
-        for (i, (reader, writer, rx)) in readers.into_iter().enumerate() {
+        for (i, (reader, mut writer, rx)) in tasks.into_iter().enumerate() {
             let server = u32::try_from(i).unwrap_or(u32::MAX);
             tracker.spawn(read_loop(reader, Arc::clone(&inner), server));
-            tracker.spawn(write_loop(writer, rx, Arc::clone(&inner), server));
+            writer.set_stall_timeout(Some(config.timeout));
+            let inner = Arc::clone(&inner);
+            tracker.spawn(async move {
+                let unsendable = |m: &Message, e: &crate::ps::proto::EncodeError| {
+                    // Our own message breaks the limits: fail that request only.
+                    inner.answer(m.request_id, Err(Error::Encode(*e)));
+                    None
+                };
+                if let Drained::Failed(e) = drain(writer, rx, inner.stop.clone(), unsendable).await {
+                    lose(&inner, server, format!("write failed: {e}"));
+                }
+            });
         }
         Ok(Client { inner })
     }
@@ -185,11 +207,6 @@ impl Client {
         self.inner.servers.get(usize::try_from(server).ok()?).map(|(n, _)| n)
     }
 
-    /// The deadline of one request (`SYNKV_TIMEOUT_MS`).
-    pub fn timeout(&self) -> Duration {
-        self.inner.timeout
-    }
-
     /// Sends `msg` to `server` as a request and returns its waiter. Fails at once if the
     /// cluster or that server is already lost.
     pub fn start(&self, server: u32, mut msg: Message) -> Result<Waiter> {
@@ -210,49 +227,43 @@ impl Client {
             }
             p.waiting.insert(id, (server, tx));
         }
-        if outbox.send(msg).is_err() {
+        if outbox.try_send(msg).is_err() {
             inner.lock().waiting.remove(&id);
             return Err(Error::Shutdown("the connection to the server is closed".into()));
         }
-        Ok(Waiter { rx, id, server, client: self.clone() })
+        Ok(Waiter { rx, server, client: self.clone() })
     }
 
-    /// Sends one request per `(server, message)` and waits for every reply (one deadline for
-    /// all). Replies come back in the order of `msgs`.
+    /// Sends one request per `(server, message)` and waits for every reply. Replies come
+    /// back in the order of `msgs`.
     pub async fn request_all(&self, msgs: Vec<(u32, Message)>) -> Result<Vec<Message>> {
-        let deadline = Instant::now() + self.inner.timeout;
         let mut waiters = Vec::with_capacity(msgs.len());
         for (server, msg) in msgs {
             waiters.push(self.start(server, msg)?);
         }
         let mut out = Vec::with_capacity(waiters.len());
         for w in waiters {
-            out.push(w.wait(deadline).await?);
+            out.push(w.wait().await?);
         }
         Ok(out)
     }
 }
 
 impl Waiter {
-    /// Waits for the reply until `deadline`. An `Error` reply becomes [`Error::Remote`].
-    pub async fn wait(self, deadline: Instant) -> Result<Message> {
-        let Waiter { rx, id, server, client } = self;
-        let node = client.server(server).cloned();
-        match tokio::time::timeout_at(deadline, rx).await {
-            Ok(Ok(Ok(msg))) if msg.command == Command::Error => match node {
-                Some(node) => Err(Error::Remote { node, message: msg.meta.text }),
-                None => Err(Error::Shutdown(msg.meta.text)),
-            },
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(Error::Shutdown("the worker is shutting down".into())),
-            Err(_) => {
-                client.inner.lock().waiting.remove(&id);
-                let what = node.map_or_else(|| format!("server {server}"), |n| n.to_string());
-                Err(Error::timeout(
-                    format!("a reply from {what} (request {id}); raise SYNKV_TIMEOUT_MS if workers are far apart"),
-                    client.inner.timeout,
-                ))
+    /// Waits for the reply, as long as the server and the cluster are alive. An `Error` reply
+    /// becomes [`Error::Refused`].
+    pub async fn wait(self) -> Result<Message> {
+        let Waiter { rx, server, client } = self;
+        match rx.await {
+            Ok(Ok(msg)) if msg.command == Command::Error => {
+                let key = msg.meta.keys.first().map(|k| (*k, msg.meta.offsets.first().copied().unwrap_or(0)));
+                match client.server(server).cloned() {
+                    Some(node) => Err(Error::Refused { node, code: msg.error_code(), message: msg.meta.text, key }),
+                    None => Err(Error::Shutdown(msg.meta.text)),
+                }
             }
+            Ok(result) => result,
+            Err(_) => Err(Error::Shutdown("the worker is shutting down".into())),
         }
     }
 }
@@ -265,15 +276,16 @@ async fn read_loop(mut reader: FrameReader, inner: Arc<Inner>, server: u32) {
         };
         match read {
             Ok(Some(msg)) if matches!(msg.command, Command::Reply | Command::Error) => {
-                let waiter = inner.lock().waiting.remove(&msg.request_id);
-                match waiter {
-                    Some((_, reply)) => {
-                        let _ = reply.send(Ok(msg));
+                let (id, is_error) = (msg.request_id, msg.command == Command::Error);
+                let text = is_error.then(|| msg.meta.text.clone());
+                if !inner.answer(id, Ok(msg)) {
+                    match text {
+                        Some(text) => tracing::warn!("{} reported: {text}", reader.peer()),
+                        None => tracing::debug!("late reply {id} from {} dropped", reader.peer()),
                     }
-                    None if msg.command == Command::Error => tracing::warn!("{} reported: {}", reader.peer(), msg.meta.text),
-                    None => tracing::debug!("late reply {} from {} dropped", msg.request_id, reader.peer()),
                 }
             }
+            Ok(Some(msg)) if msg.command == Command::Notice => tracing::warn!("{} reports: {}", reader.peer(), msg.meta.text),
             Ok(Some(msg)) if msg.command == Command::NodeDead => match msg.single_node() {
                 // The server stops because a node died: fail everything with the real cause.
                 Ok(node) => inner.fail(None, Fail::Lost { node: node.clone(), reason: msg.meta.text.clone() }),
@@ -294,29 +306,4 @@ fn lose(inner: &Inner, server: u32, reason: String) {
     let Some((node, _)) = inner.servers.get(usize::try_from(server).unwrap_or(usize::MAX)) else { return };
     tracing::error!("lost {node}: {reason}");
     inner.fail(Some(server), Fail::Lost { node: node.clone(), reason });
-}
-
-async fn write_loop(mut writer: FrameWriter, mut rx: mpsc::UnboundedReceiver<Message>, inner: Arc<Inner>, server: u32) {
-    loop {
-        let msg = tokio::select! {
-            m = rx.recv() => m,
-            () = inner.stop.cancelled() => break,
-        };
-        let Some(msg) = msg else { break };
-        let reason = match tokio::time::timeout(inner.timeout, writer.write_message(&msg)).await {
-            Ok(Ok(())) => continue,
-            Ok(Err(Error::Encode(e))) => {
-                // Our own message breaks the limits: fail that request only.
-                if let Some((_, reply)) = inner.lock().waiting.remove(&msg.request_id) {
-                    let _ = reply.send(Err(Error::Encode(e)));
-                }
-                continue;
-            }
-            Ok(Err(e)) => format!("write failed: {e}"),
-            Err(_) => format!("write timed out after {:?}", inner.timeout),
-        };
-        lose(&inner, server, reason);
-        return;
-    }
-    let _ = tokio::time::timeout(inner.timeout, writer.shutdown()).await;
 }

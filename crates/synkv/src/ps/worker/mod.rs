@@ -23,6 +23,8 @@ use super::{Cluster, Config, Result};
 pub struct Worker {
     cluster: Cluster,
     client: Client,
+    /// How long closing the server connections may take.
+    close_within: std::time::Duration,
 }
 
 impl Worker {
@@ -38,7 +40,7 @@ impl Worker {
             watched.fail_all(&e);
         });
         tracing::info!("{} connected to {} servers", cluster.me(), client.num_servers());
-        Ok(Worker { cluster, client })
+        Ok(Worker { cluster, client, close_within: config.timeout.min(std::time::Duration::from_secs(10)) })
     }
 
     /// A handle for sending requests to servers.
@@ -66,20 +68,17 @@ impl Worker {
         self.cluster.num_servers()
     }
 
-    /// Blocks until every worker reached this barrier (MXNet's `_barrier`), within
-    /// `SYNKV_TIMEOUT_MS`; fails if a node dies meanwhile.
+    /// Blocks until every worker reached this barrier (MXNet's `_barrier`; finished workers
+    /// count as arrived), as long as every node is alive; fails if a node dies meanwhile.
     pub async fn barrier(&self) -> Result<()> {
         self.cluster.barrier(Group::WORKERS).await
     }
 
     /// Stops the server connections, tells the scheduler this worker is done and waits until
-    /// every worker is (the scheduler then stops the servers).
+    /// every worker is (the scheduler then stops the servers). No deadline: the other workers
+    /// may train for hours more; it ends by the shutdown order or by failure detection.
     pub async fn finish(self) -> Result<()> {
-        self.client.close(self.cluster_timeout()).await;
+        self.client.close(self.close_within).await;
         self.cluster.finish().await
-    }
-
-    fn cluster_timeout(&self) -> std::time::Duration {
-        self.client.timeout().min(std::time::Duration::from_secs(10))
     }
 }

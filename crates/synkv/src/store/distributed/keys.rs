@@ -6,6 +6,7 @@
 //! before anything is sent. Str keys map to ps keys by a stable hash (`ps::slicer`), so
 //! workers may initialise them in any order; two names with the same hash are refused.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -27,8 +28,11 @@ pub(crate) struct KeyInfo {
     pub(crate) stype: StorageType,
     /// Push writes it, pull reads it: a pull sees the latest push of this worker (K4.5).
     pub(crate) var: Var,
-    /// Elements (dense) or rows (row_sparse) per server.
+    /// The key's parts, each one entry on its server: elements (dense) or rows (row_sparse).
+    /// A server's share (K8.8) larger than the partition bound is cut into several parts.
     pub(crate) slices: Vec<Slice>,
+    /// Per part, the round id of its next push: how many pushes of it the server accepted.
+    pub(crate) rounds: Vec<AtomicU64>,
     /// The last communication buffer, reused by the next push once the network dropped it.
     pub(crate) spare: parking_lot::Mutex<Option<bytes::Bytes>>,
     /// Gradient-compression state of the key (residual, packed-word buffer).
@@ -54,10 +58,28 @@ impl KeyInfo {
         }
     }
 
-    /// Whether the key is split over several servers.
+    /// Whether the key has several parts (split over servers, or cut in pieces).
     pub(crate) fn is_big(&self) -> bool {
         self.slices.len() > 1
     }
+
+    /// A key's info (for tests and the registry): `slices` its parts.
+    #[cfg(test)]
+    pub(crate) fn for_test(key: Key, shape: Shape, dtype: DType, stype: StorageType, slices: Vec<Slice>) -> KeyInfo {
+        let ps = ps_key(&key);
+        let rounds = slices.iter().map(|_| AtomicU64::new(0)).collect();
+        KeyInfo { key, ps, shape, dtype, stype, var: Var::new(), slices, rounds, spare: Default::default(), packing: Packing::default() }
+    }
+}
+
+/// Where a store's keys go: the servers, MXNet's split bound and the partition bound.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Layout {
+    pub(crate) servers: u32,
+    /// `MXNET_KVSTORE_BIGARRAY_BOUND` (elements).
+    pub(crate) bound: u64,
+    /// `SYNKV_PARTITION_BYTES`.
+    pub(crate) partition_bytes: u64,
 }
 
 /// A key of one call with the arrays given for it (values or outputs), in call order.
@@ -101,15 +123,16 @@ impl Registry {
     /// With `compression` set, a big dense f32 key is split in units of packed words (spec
     /// K7.11) so every server but the last gets a whole number of words; other keys are split
     /// as K8.8 says. (Keys registered before compression was set keep their K8.8 split; their
-    /// slices are then quantized one by one, which gives the same values.)
+    /// slices are then quantized one by one, which gives the same values.) Then every share
+    /// larger than `partition_bytes` is cut into near-equal parts no larger than that.
     pub(crate) fn register(
         &mut self,
         pairs: &[(Key, &NDArray)],
-        servers: u32,
-        bound: u64,
+        layout: Layout,
         store_type: &str,
         compression: Option<CompressionType>,
     ) -> Result<Vec<Arc<KeyInfo>>, Error> {
+        let Layout { servers, bound, partition_bytes } = layout;
         let kind = self.check_kinds("init", pairs.iter().map(|p| &p.0))?;
         let mut infos = Vec::with_capacity(pairs.len());
         for (i, (key, value)) in pairs.iter().enumerate() {
@@ -138,10 +161,13 @@ impl Registry {
                 _ => (shape.size(), 1),
             };
             let packed = compression.filter(|_| stype == StorageType::Dense && value.dtype() == DType::F32);
-            let slices = match packed {
+            let shares = match packed {
                 Some(kind) => packed_slices(ps, kind, units, servers, bound),
                 None => slicer::slices(ps, units, unit, servers, bound),
             };
+            let unit_bytes = u64::try_from(unit.max(1) * value.dtype().size_of()).unwrap_or(u64::MAX);
+            let max_units = usize::try_from((partition_bytes / unit_bytes).max(1)).unwrap_or(usize::MAX);
+            let slices = slicer::cut(&shares, max_units);
             infos.push(KeyInfo {
                 key: key.clone(),
                 ps,
@@ -149,6 +175,7 @@ impl Registry {
                 dtype: value.dtype(),
                 stype,
                 var: Var::new(),
+                rounds: slices.iter().map(|_| AtomicU64::new(0)).collect(),
                 slices,
                 spare: Default::default(),
                 packing: Packing::default(),

@@ -25,37 +25,37 @@
 //! pending and later operations with a `ps::Error` naming the node; blocking calls return
 //! it, asynchronous ones report it at the next wait.
 
+mod build;
+mod init;
 mod keys;
 mod ops;
+mod reply;
 mod states;
+
+pub use states::ServerStats;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use tokio::runtime::{Handle, Runtime};
 use tokio_util::sync::CancellationToken;
 
-use self::keys::{check_array, KeyInfo, Registry};
+use self::build::Budget;
+use self::keys::{check_array, Layout, Registry};
 use self::ops::{Ctx, Item, Kind};
 use super::kvstore::PullReport;
 use super::{Error, Key, StoreType};
 use crate::compression::GradientCompression;
 use crate::engine::{Engine, Priority};
-use crate::ndarray::Storage;
 use crate::optimizer::Optimizer;
-use crate::ps::proto::{Chunk, Command, Flags, Message};
-use crate::ps::{codec, Client, Config, Error as DistError, Role, ServerCmd, TcpTransport, Worker};
+use crate::ps::proto::Message;
+use crate::ps::{Client, Config, Error as DistError, Role, ServerCmd, TcpTransport, Worker};
 use crate::{NDArray, StorageType};
 
 /// One distributed store per process (MXNet #14434, spec K8.16).
 static ACTIVE: AtomicBool = AtomicBool::new(false);
-
-/// An init message is closed once its payload or its key names grow past these.
-const INIT_MSG_BYTES: usize = 64 << 20;
-const INIT_MSG_NAMES: usize = 32 << 10;
 
 /// The worker side of a distributed store.
 pub(crate) struct DistStore {
@@ -67,10 +67,12 @@ pub(crate) struct DistStore {
     rank: u32,
     num_workers: u32,
     num_servers: u32,
-    bound: u64,
+    layout: Layout,
     registry: Mutex<Registry>,
     optimizer: Mutex<Option<Optimizer>>,
     compression: Mutex<Option<GradientCompression>>,
+    /// Longest text field of a frame (bounds the key names of an init message).
+    max_text: usize,
 }
 
 /// Runs `fut` to completion on the store's runtime from a plain thread (from inside another
@@ -146,8 +148,9 @@ impl DistStore {
             rank: worker.rank(),
             num_workers: worker.num_workers(),
             num_servers: worker.num_servers(),
-            bound: config.bigarray_bound,
-            ctx: Ctx { client, rt: handle.clone() },
+            layout: Layout { servers: worker.num_servers(), bound: config.bigarray_bound, partition_bytes: config.partition_bytes },
+            ctx: Ctx { client, rt: handle.clone(), budget: Budget::new(config.partition_bytes, &config.limits) },
+            max_text: usize::try_from(config.limits.max_string_len).unwrap_or(usize::MAX),
             rt: Some(rt),
             handle,
             worker: Mutex::new(Some(worker)),
@@ -174,85 +177,6 @@ impl DistStore {
         let guard = self.worker.lock();
         let worker = guard.as_ref().ok_or_else(|| unsupported("barrier", &self.name, "the store is closed"))?;
         block(&self.handle, worker.barrier()).map_err(Into::into)
-    }
-
-    /// Registers keys on this worker; rank 0 sends their values; then a worker barrier.
-    pub(crate) fn init(&self, pairs: Vec<(Key, &NDArray)>) -> crate::Result<()> {
-        if pairs.is_empty() {
-            return Ok(());
-        }
-        for (key, value) in &pairs {
-            if value.storage_type() == StorageType::RowSparse && value.shape().ndim() == 0 {
-                return Err(Error::UnsupportedStorage {
-                    op: "init",
-                    key: key.clone(),
-                    stype: StorageType::RowSparse,
-                    hint: "a row_sparse key needs at least one dimension",
-                }
-                .into());
-            }
-        }
-        let packing = self.compression.lock().map(|gc| gc.kind());
-        let infos = self.registry.lock().register(&pairs, self.num_servers, self.bound, &self.name, packing)?;
-        let sent = if self.rank == 0 { self.send_init(&infos, &pairs) } else { Ok(()) };
-        // Every worker waits here, even when rank 0 failed, so nobody is left at the barrier.
-        let barrier = self.barrier();
-        sent?;
-        barrier
-    }
-
-    fn send_init(&self, infos: &[Arc<KeyInfo>], pairs: &[(Key, &NDArray)]) -> crate::Result<()> {
-        let mut msgs: Vec<(u32, Message, Vec<String>, usize)> = Vec::new();
-        for (info, (_, value)) in infos.iter().zip(pairs) {
-            let snapshot = value.storage_snapshot()?;
-            let shape = &info.shape;
-            let rows_key = info.stype == StorageType::RowSparse;
-            // A row_sparse key is sent with every row (absent rows as zeros, spec K2.6).
-            let buf = match snapshot {
-                Storage::Dense(b) => b,
-                other => other.to_dense_buffer(shape.rows(), shape.row_len()),
-            };
-            let unit = info.unit();
-            for s in &info.slices {
-                let mut chunks: SmallVec<[Chunk; 2]> = SmallVec::new();
-                if rows_key {
-                    let ids: Vec<i64> = (0..s.len).map(|i| i64::try_from(i).unwrap_or(i64::MAX)).collect();
-                    chunks.push(codec::ids_to_chunk(&ids));
-                }
-                chunks.push(codec::range_to_chunk(&buf, s.offset * unit, s.len * unit));
-                let bytes: usize = chunks.iter().map(|c| c.data.len()).sum();
-                let name = info.key.to_string();
-                let open = msgs.iter().rposition(|(srv, m, names, size)| {
-                    *srv == s.server
-                        && m.flags.contains(Flags::ROW_SPARSE) == rows_key
-                        && *size + bytes <= INIT_MSG_BYTES
-                        && names.iter().map(|n| n.len() + 3).sum::<usize>() + name.len() <= INIT_MSG_NAMES
-                });
-                let i = open.unwrap_or_else(|| {
-                    let mut flags = Flags::INIT;
-                    if rows_key {
-                        flags = flags.with(Flags::ROW_SPARSE);
-                    }
-                    msgs.push((s.server, Message::new(Command::Push).with_flags(flags), Vec::new(), 0));
-                    msgs.len() - 1
-                });
-                let (_, m, names, size) = &mut msgs[i];
-                m.meta.keys.push(info.ps);
-                m.meta.lens.push(u64::try_from(bytes).unwrap_or(u64::MAX));
-                m.chunks.extend(chunks);
-                names.push(name);
-                *size += bytes;
-            }
-        }
-        let requests: Vec<(u32, Message)> = msgs
-            .into_iter()
-            .map(|(server, mut m, names, _)| {
-                m.meta.text = serde_json::to_string(&names).unwrap_or_default();
-                (server, m)
-            })
-            .collect();
-        block(&self.handle, self.ctx.client.request_all(requests))?;
-        Ok(())
     }
 
     pub(crate) fn push(&self, pairs: Vec<(Key, &NDArray)>, priority: Priority) -> crate::Result<()> {

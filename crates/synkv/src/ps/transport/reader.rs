@@ -1,0 +1,221 @@
+//! [`FrameReader`]: whole [`Message`]s out of a byte stream, holding only the bytes that arrived.
+//!
+//! Reading follows mini-redis: bytes accumulate in a buffer; [`check`] says whether a whole
+//! frame is there. Unlike mini-redis (and unlike our first version) a header alone reserves
+//! nothing: the buffer grows as the frame's bytes arrive, at most doubling what is already
+//! buffered, so a peer that announces a huge frame and stalls costs a few KiB. A large frame's
+//! allocation is kept once the caller drops the frame and reused for the next large one (a
+//! fresh multi-MiB allocation costs a page fault per page), which also spares the steady state
+//! the copies of growing.
+//!
+//! Reads never run ahead of the current frame by more than [`LOOKAHEAD`] bytes. A reader that
+//! shares an [`Ingress`] budget ([`FrameReader::read_admitted`]) must obtain the frame's bytes
+//! from it after the header arrived and before reading the body; the permit travels with the
+//! message and returns when the consumer drops it. While the budget is spent the reader stops
+//! reading, the kernel's socket buffer fills, and TCP pushes back on the sender: what a process
+//! holds in received, unprocessed frames is bounded by the budget, whatever the number of peers.
+//!
+//! A clean EOF between frames is `Ok(None)`; EOF inside a frame is [`Error::EofMidFrame`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::ps::proto::{check, parse, Header, Limits, Message, HEADER_LEN};
+use crate::ps::{Error, Result};
+
+/// Bytes a read may take beyond the end of the current frame (the start of the next one).
+pub(crate) const LOOKAHEAD: usize = 8 * 1024;
+/// Frames at least this large leave their allocation for reuse by a later large frame, once
+/// the caller dropped them.
+const RECYCLE_MIN: usize = 1 << 20;
+
+/// A budget of bytes in received frames not yet released by their consumer, shared by the
+/// readers of one process (a server's connections). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Ingress {
+    permits: Arc<Semaphore>,
+    bytes: u32,
+}
+
+impl Ingress {
+    /// A budget of `bytes` (at most `u32::MAX`; at least 64 KiB).
+    pub fn new(bytes: u64) -> Ingress {
+        let bytes = u32::try_from(bytes).unwrap_or(u32::MAX).max(64 << 10);
+        Ingress { permits: Arc::new(Semaphore::new(bytes as usize)), bytes }
+    }
+
+    /// The whole budget in bytes.
+    pub fn capacity(&self) -> u64 {
+        u64::from(self.bytes)
+    }
+
+    /// Bytes not held by any frame right now.
+    pub fn available(&self) -> u64 {
+        u64::try_from(self.permits.available_permits()).unwrap_or(u64::MAX)
+    }
+
+    /// Waits for room for a frame of `len` bytes (a frame larger than the whole budget takes
+    /// all of it: it is read alone).
+    async fn admit(&self, len: usize) -> Result<Admission> {
+        let n = u32::try_from(len).unwrap_or(u32::MAX).min(self.bytes);
+        let permit =
+            Arc::clone(&self.permits).acquire_many_owned(n).await.map_err(|_| Error::Shutdown("the ingress budget was closed".into()))?;
+        Ok(Admission(Some(permit)))
+    }
+}
+
+/// A frame's share of an [`Ingress`] budget: returned when dropped.
+#[derive(Debug, Default)]
+pub struct Admission(#[allow(dead_code)] Option<OwnedSemaphorePermit>); // held, not read: dropping it returns the bytes
+
+/// The reading half of a [`Connection`](super::Connection).
+pub struct FrameReader {
+    io: Box<dyn AsyncRead + Send + Unpin>,
+    buffer: BytesMut,
+    limits: Limits,
+    peer: Arc<str>,
+    /// The last large frame (a cheap handle); its allocation is reused when we hold the only
+    /// handle left.
+    recycle: Option<Bytes>,
+    /// The current frame's admission, once obtained (kept across cancelled reads).
+    admitted: Option<Admission>,
+}
+
+impl fmt::Debug for FrameReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FrameReader").field("peer", &self.peer).field("buffered", &self.buffer.len()).finish_non_exhaustive()
+    }
+}
+
+impl FrameReader {
+    pub(super) fn new(io: Box<dyn AsyncRead + Send + Unpin>, peer: Arc<str>, limits: Limits) -> FrameReader {
+        FrameReader { io, buffer: BytesMut::with_capacity(LOOKAHEAD), limits, peer, recycle: None, admitted: None }
+    }
+
+    /// The peer's name.
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    pub(super) fn set_peer(&mut self, peer: Arc<str>) {
+        self.peer = peer;
+    }
+
+    pub(super) fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    pub(super) fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
+    }
+
+    /// Bytes received and not yet handed out (tests and diagnostics).
+    pub fn buffered(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// Bytes the buffer has reserved (tests: a header alone must not reserve its frame).
+    pub fn reserved(&self) -> usize {
+        self.buffer.capacity()
+    }
+
+    /// Reads the next message; `Ok(None)` on a clean EOF between frames. Cancel-safe: all
+    /// state lives in `self`, and the only await is one read.
+    pub async fn read_message(&mut self) -> Result<Option<Message>> {
+        Ok(self.read(None).await?.map(|(m, _)| m))
+    }
+
+    /// Like [`read_message`](FrameReader::read_message), but the frame's bytes are first
+    /// admitted by `ingress` (waiting, without reading, while the budget is spent). The
+    /// [`Admission`] returns them when dropped. Cancel-safe.
+    pub async fn read_admitted(&mut self, ingress: &Ingress) -> Result<Option<(Message, Admission)>> {
+        self.read(Some(ingress)).await
+    }
+
+    async fn read(&mut self, ingress: Option<&Ingress>) -> Result<Option<(Message, Admission)>> {
+        loop {
+            if let Some(msg) = self.parse_buffered()? {
+                return Ok(Some((msg, self.admitted.take().unwrap_or_default())));
+            }
+            let frame_len = self.frame_len()?;
+            if let (Some(ingress), Some(len), None) = (ingress, frame_len, &self.admitted) {
+                self.admitted = Some(ingress.admit(len).await?);
+            }
+            let want = frame_len.unwrap_or(HEADER_LEN);
+            self.make_room(want);
+            let limit = want.saturating_sub(self.buffer.len()).saturating_add(LOOKAHEAD);
+            let limit = limit.min(self.buffer.capacity() - self.buffer.len()).max(1);
+            let n = (&mut self.io).take(u64::try_from(limit).unwrap_or(u64::MAX)).read_buf(&mut self.buffer).await?;
+            if n == 0 {
+                if self.buffer.is_empty() {
+                    return Ok(None);
+                }
+                return Err(Error::EofMidFrame { peer: self.peer.to_string(), buffered: self.buffer.len() });
+            }
+        }
+    }
+
+    /// The length of the frame being received, once its header is in (validated).
+    fn frame_len(&self) -> Result<Option<usize>> {
+        if self.buffer.len() < HEADER_LEN {
+            return Ok(None);
+        }
+        let len = Header::decode(&self.buffer, &self.limits).and_then(|h| h.frame_len());
+        len.map(Some).map_err(|e| Error::protocol(self.peer.to_string(), e))
+    }
+
+    /// Takes one frame out of the buffer if a whole one is there.
+    fn parse_buffered(&mut self) -> Result<Option<Message>> {
+        let protocol = |e| Error::protocol(self.peer.to_string(), e);
+        let Some(len) = check(&self.buffer, &self.limits).map_err(protocol)? else { return Ok(None) };
+        let frame = self.buffer.split_to(len).freeze();
+        if len >= RECYCLE_MIN {
+            // Let go of the allocation's tail (copying the few bytes of the next frame read so
+            // far), so the whole allocation can be reused once the caller drops the frame.
+            self.buffer = BytesMut::from(&self.buffer[..]);
+            self.recycle = Some(frame.clone());
+        }
+        parse(frame, &self.limits).map(Some).map_err(protocol)
+    }
+
+    /// Makes room for the next read of a frame of `want` bytes: the last large frame's
+    /// allocation if it is free and big enough, else growth by at most the bytes buffered
+    /// (and never past the frame plus [`LOOKAHEAD`]).
+    fn make_room(&mut self, want: usize) {
+        let have = self.buffer.len();
+        if self.buffer.capacity() - have >= LOOKAHEAD.min(want.saturating_sub(have)).max(1) {
+            return;
+        }
+        if want >= RECYCLE_MIN && self.reuse_recycled(want + LOOKAHEAD) {
+            return;
+        }
+        let step = want.saturating_sub(have).saturating_add(LOOKAHEAD).min(have.max(LOOKAHEAD));
+        self.buffer.reserve(step);
+    }
+
+    /// Moves the buffered bytes into the last large frame's allocation if nobody else holds
+    /// that frame any more and it can take `total` bytes.
+    fn reuse_recycled(&mut self, total: usize) -> bool {
+        if !self.recycle.as_ref().is_some_and(Bytes::is_unique) {
+            return false;
+        }
+        let Some(old) = self.recycle.take() else { return false };
+        match old.try_into_mut() {
+            Ok(mut spare) if spare.capacity() >= total => {
+                spare.clear();
+                spare.extend_from_slice(&self.buffer);
+                self.buffer = spare;
+                true
+            }
+            Ok(spare) => {
+                self.recycle = Some(spare.freeze());
+                false
+            }
+            Err(_) => false,
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! [`FrameWriter`] (whole messages onto a byte stream, tensor bytes never copied), the bounded
+//! [`Outbox`] a connection's messages wait in, and [`drain`]: the one loop that writes an
+//! outbox to its connection, for every role.
+//!
+//! Writing hands the encoded head and every chunk's own `Bytes` to vectored I/O. A stall
+//! timeout bounds each write call, not the whole message: a 1 GiB frame on a slow link is
+//! fine as long as bytes keep moving; a peer that stops reading for the timeout is stuck.
+//!
+//! An outbox is bounded in messages and in bytes (a message larger than the byte bound is
+//! admitted alone). [`Outbox::try_send`] never waits (for single-threaded state machines: the
+//! scheduler's and the server's cores, for which a full outbox means the peer does not read
+//! what it asked for); [`Outbox::send`] waits for room.
+
+use std::fmt;
+use std::io::IoSlice;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::ps::proto::{EncodeError, Limits, Message};
+use crate::ps::{Error, Result};
+
+/// Most slices handed to one vectored write (below every platform's IOV_MAX).
+const MAX_IOV: usize = 64;
+/// Source of chunk padding.
+static ZEROS: [u8; 8] = [0; 8];
+
+/// The writing half of a [`Connection`](super::Connection).
+pub struct FrameWriter {
+    io: Box<dyn AsyncWrite + Send + Unpin>,
+    limits: Limits,
+    peer: Arc<str>,
+    /// Longest a single write may make no progress (`None`: unbounded).
+    stall: Option<Duration>,
+}
+
+impl fmt::Debug for FrameWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FrameWriter").field("peer", &self.peer).finish_non_exhaustive()
+    }
+}
+
+impl FrameWriter {
+    pub(super) fn new(io: Box<dyn AsyncWrite + Send + Unpin>, peer: Arc<str>, limits: Limits) -> FrameWriter {
+        FrameWriter { io, limits, peer, stall: None }
+    }
+
+    /// The peer's name.
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    pub(super) fn set_peer(&mut self, peer: Arc<str>) {
+        self.peer = peer;
+    }
+
+    pub(super) fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
+    }
+
+    /// Bounds every write call by `stall`: a peer that accepts no byte for that long makes the
+    /// write fail with [`Error::Timeout`].
+    pub fn set_stall_timeout(&mut self, stall: Option<Duration>) {
+        self.stall = stall;
+    }
+
+    /// Writes one message: `[head, chunk0, pad0, chunk1, pad1, …]` through vectored writes.
+    /// A message that breaks the limits fails with [`Error::Encode`] before any byte is
+    /// written (the connection stays usable). Not cancel-safe: a cancelled write may leave
+    /// half a frame, so the connection must then be dropped.
+    pub async fn write_message(&mut self, msg: &Message) -> Result<()> {
+        let mut segments: Vec<Bytes> = Vec::with_capacity(1 + 2 * msg.chunks.len());
+        segments.push(msg.encode_head(&self.limits)?.freeze());
+        for chunk in &msg.chunks {
+            if !chunk.data.is_empty() {
+                segments.push(chunk.data.clone());
+            }
+            let pad = Message::chunk_padding(chunk.data.len());
+            if pad > 0 {
+                segments.push(Bytes::from_static(&ZEROS[..pad]));
+            }
+        }
+        let stall = self.stall;
+        let written = match write_all_vectored(&mut self.io, segments, stall).await {
+            Ok(()) => match stall {
+                None => self.io.flush().await,
+                Some(t) => tokio::time::timeout(t, self.io.flush()).await.unwrap_or_else(|_| Err(no_progress())),
+            },
+            Err(e) => Err(e),
+        };
+        written.map_err(|e| match (e.kind(), stall) {
+            (std::io::ErrorKind::TimedOut, Some(t)) => Error::timeout(format!("{} to accept bytes (it stopped reading)", self.peer), t),
+            _ => Error::Io(e),
+        })
+    }
+
+    /// Flushes and closes the write direction (the peer reads a clean EOF).
+    pub async fn shutdown(&mut self) -> Result<()> {
+        self.io.shutdown().await?;
+        Ok(())
+    }
+}
+
+fn no_progress() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, "no progress")
+}
+
+/// Writes every segment, in order, with as few vectored writes as the stream allows; each
+/// write call bounded by `stall`.
+async fn write_all_vectored<W: AsyncWrite + Unpin + ?Sized>(
+    w: &mut W,
+    mut segments: Vec<Bytes>,
+    stall: Option<Duration>,
+) -> std::io::Result<()> {
+    let mut first = 0;
+    while first < segments.len() {
+        let written = {
+            let slices: Vec<IoSlice<'_>> = segments[first..].iter().take(MAX_IOV).map(|b| IoSlice::new(b)).collect();
+            match stall {
+                None => w.write_vectored(&slices).await?,
+                Some(t) => tokio::time::timeout(t, w.write_vectored(&slices)).await.map_err(|_| no_progress())??,
+            }
+        };
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        let mut left = written;
+        while left > 0 && first < segments.len() {
+            let seg = &mut segments[first];
+            if left >= seg.len() {
+                left -= seg.len();
+                first += 1;
+            } else {
+                seg.advance(left);
+                left = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A message waiting in an outbox, with its share of the outbox's byte bound.
+#[derive(Debug)]
+pub(super) struct Queued {
+    msg: Message,
+    _bytes: OwnedSemaphorePermit,
+}
+
+/// Why [`Outbox::try_send`] refused a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum OutboxError {
+    /// The outbox holds its bound of messages or bytes: the peer does not read.
+    #[error("not reading its messages (outbox full)")]
+    Full,
+    /// The writer is gone (the connection closed).
+    #[error("connection closed")]
+    Closed,
+}
+
+/// The sending side of a connection's bounded queue of messages. Cheap to clone; the writer
+/// ([`drain`]) flushes what is queued and closes the connection once every clone is dropped.
+#[derive(Clone, Debug)]
+pub struct Outbox {
+    tx: mpsc::Sender<Queued>,
+    bytes: Arc<Semaphore>,
+    max_bytes: u32,
+}
+
+/// The receiving side of an [`Outbox`], for [`drain`].
+#[derive(Debug)]
+pub struct OutboxRx(mpsc::Receiver<Queued>);
+
+impl Outbox {
+    /// An outbox of at most `max_messages` messages and `max_bytes` bytes of chunks.
+    pub fn bounded(max_messages: usize, max_bytes: u64) -> (Outbox, OutboxRx) {
+        let (tx, rx) = mpsc::channel(max_messages.clamp(1, Semaphore::MAX_PERMITS));
+        let max_bytes = u32::try_from(max_bytes).unwrap_or(u32::MAX).max(1);
+        (Outbox { tx, bytes: Arc::new(Semaphore::new(max_bytes as usize)), max_bytes }, OutboxRx(rx))
+    }
+
+    /// An outbox whose only bound is its sender's own: a worker's requests, which are the
+    /// operations its program scheduled (each holding its one copy of the pushed arrays).
+    /// Bounding them here could deadlock two workers whose full queues each wait for the
+    /// other's pushes in a sync round.
+    pub fn unbounded() -> (Outbox, OutboxRx) {
+        let (tx, rx) = mpsc::channel(Semaphore::MAX_PERMITS);
+        (Outbox { tx, bytes: Arc::new(Semaphore::new(Semaphore::MAX_PERMITS)), max_bytes: u32::MAX }, OutboxRx(rx))
+    }
+
+    fn weight(&self, msg: &Message) -> u32 {
+        let bytes: usize = msg.chunks.iter().map(|c| c.data.len()).sum();
+        u32::try_from(bytes).unwrap_or(u32::MAX).min(self.max_bytes)
+    }
+
+    /// Queues `msg` if there is room now.
+    pub fn try_send(&self, msg: Message) -> std::result::Result<(), OutboxError> {
+        let permit = Arc::clone(&self.bytes).try_acquire_many_owned(self.weight(&msg)).map_err(|_| OutboxError::Full)?;
+        self.tx.try_send(Queued { msg, _bytes: permit }).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => OutboxError::Full,
+            mpsc::error::TrySendError::Closed(_) => OutboxError::Closed,
+        })
+    }
+
+    /// Queues `msg`, waiting for room.
+    pub async fn send(&self, msg: Message) -> std::result::Result<(), OutboxError> {
+        let permit = Arc::clone(&self.bytes).acquire_many_owned(self.weight(&msg)).await.map_err(|_| OutboxError::Closed)?;
+        self.tx.send(Queued { msg, _bytes: permit }).await.map_err(|_| OutboxError::Closed)
+    }
+
+    /// Whether the writer is gone.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
+impl OutboxRx {
+    /// The next queued message, if any (for tests of the state machines that queue them).
+    pub fn try_recv(&mut self) -> Option<Message> {
+        self.0.try_recv().ok().map(|q| q.msg)
+    }
+}
+
+/// How a [`drain`] loop ended.
+#[derive(Debug)]
+pub enum Drained {
+    /// Every sender was dropped: everything queued was written and the stream shut down.
+    Closed,
+    /// `stop` was cancelled; queued messages were dropped.
+    Stopped,
+    /// A write failed (or stalled): the connection is unusable.
+    Failed(Error),
+}
+
+/// Writes `rx`'s messages to `writer` in order until every [`Outbox`] is dropped (then shuts
+/// the stream down), `stop` is cancelled, or a write fails. A message that cannot be encoded
+/// (it breaks the frame limits) is handed to `unsendable`, which may return a replacement to
+/// write instead (an `Error` answering the same request); the connection stays up.
+pub async fn drain<F>(mut writer: FrameWriter, mut rx: OutboxRx, stop: CancellationToken, mut unsendable: F) -> Drained
+where
+    F: FnMut(&Message, &EncodeError) -> Option<Message> + Send,
+{
+    loop {
+        let queued = tokio::select! {
+            q = rx.0.recv() => q,
+            () = stop.cancelled() => return Drained::Stopped,
+        };
+        let Some(Queued { msg, _bytes }) = queued else { break };
+        let mut next = Some(msg);
+        while let Some(msg) = next.take() {
+            match writer.write_message(&msg).await {
+                Ok(()) => {}
+                Err(Error::Encode(e)) => {
+                    tracing::warn!("a {:?} for {} breaks the frame limits: {e}", msg.command, writer.peer());
+                    next = unsendable(&msg, &e);
+                }
+                Err(e) => return Drained::Failed(e),
+            }
+        }
+    }
+    let stall = writer.stall.unwrap_or(Duration::from_secs(10));
+    let _ = tokio::time::timeout(stall, writer.shutdown()).await;
+    Drained::Closed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ps::proto::{Chunk, Command, DTypeCode};
+
+    fn sized(n: usize) -> Message {
+        let mut m = Message::new(Command::Reply);
+        m.meta.keys = vec![1];
+        m.meta.lens = vec![n as u64];
+        m.chunks.push(Chunk { dtype: DTypeCode::U8, data: Bytes::from(vec![0u8; n]) });
+        m
+    }
+
+    #[test]
+    fn an_outbox_is_bounded_in_messages_and_bytes_but_takes_one_big_message_alone() {
+        let (out, _rx) = Outbox::bounded(3, 100);
+        assert_eq!(out.try_send(sized(60)), Ok(()));
+        assert_eq!(out.try_send(sized(60)), Err(OutboxError::Full), "120 bytes > 100");
+        let (out, _rx) = Outbox::bounded(3, 100);
+        assert_eq!(out.try_send(sized(1000)), Ok(()), "an empty outbox admits a message above the byte bound");
+        assert_eq!(out.try_send(sized(1)), Err(OutboxError::Full));
+        let (out, _rx) = Outbox::bounded(2, 1 << 20);
+        assert_eq!(out.try_send(sized(1)), Ok(()));
+        assert_eq!(out.try_send(sized(1)), Ok(()));
+        assert_eq!(out.try_send(sized(1)), Err(OutboxError::Full), "message bound");
+    }
+
+    #[tokio::test]
+    async fn drain_writes_in_order_replaces_unsendable_messages_and_closes() {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let tiny = Limits { max_frame_bytes: 4096, ..Limits::default() };
+        let conn = super::super::Connection::new(a, "peer", tiny);
+        let (_, writer) = conn.into_split();
+        let (out, rx) = Outbox::bounded(16, 1 << 20);
+        out.try_send(sized(8).with_request_id(1)).unwrap();
+        out.try_send(sized(10_000).with_request_id(2)).unwrap();
+        out.try_send(sized(16).with_request_id(3)).unwrap();
+        drop(out);
+        let end = drain(writer, rx, CancellationToken::new(), |m, e| Some(Message::error(m.request_id, e.to_string()))).await;
+        assert!(matches!(end, Drained::Closed));
+        let mut rx = super::super::Connection::new(b, "me", tiny);
+        let mut seen = Vec::new();
+        while let Some(m) = rx.read_message().await.unwrap() {
+            seen.push((m.command, m.request_id));
+        }
+        assert_eq!(seen, vec![(Command::Reply, 1), (Command::Error, 2), (Command::Reply, 3)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_that_stops_reading_fails_the_write_after_the_stall_timeout() {
+        let (a, _b) = tokio::io::duplex(1024);
+        let conn = super::super::Connection::new(a, "slow", Limits::default());
+        let (_, mut writer) = conn.into_split();
+        writer.set_stall_timeout(Some(Duration::from_secs(3)));
+        let err = writer.write_message(&sized(1 << 16)).await.unwrap_err();
+        assert!(matches!(err, Error::Timeout { .. }), "{err}");
+        assert!(err.to_string().contains("slow"), "{err}");
+    }
+}

@@ -1,0 +1,121 @@
+//! `init` on a distributed store: every worker registers the keys (so each can validate its
+//! own calls), rank 0 alone sends their values, then every worker waits at a barrier, so any
+//! worker can pull at once (spec K2.4).
+//!
+//! The values travel as `Push` + `INIT` messages, one entry per key part (a row_sparse key
+//! with every row, absent rows as zeros, spec K2.6), with the keys' names as a JSON list in
+//! the text field. Messages are cut like every other (`build.rs`): by keys, chunks and the
+//! byte budget, and by the frame's text limit for the names, so any number of keys and any
+//! value size can be initialised.
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use super::keys::KeyInfo;
+use super::reply::refusal;
+use super::{block, DistStore};
+use crate::ndarray::Storage;
+use crate::ps::codec;
+use crate::ps::proto::{Chunk, Command, Flags, Message};
+use crate::store::{Error, Key};
+use crate::{NDArray, StorageType};
+
+/// An init message under construction.
+struct Open {
+    server: u32,
+    rows: bool,
+    msg: Message,
+    names: Vec<String>,
+    bytes: usize,
+    /// Bytes of the names' JSON list.
+    text: usize,
+}
+
+impl DistStore {
+    /// Registers keys on this worker; rank 0 sends their values; then a worker barrier.
+    pub(crate) fn init(&self, pairs: Vec<(Key, &NDArray)>) -> crate::Result<()> {
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        for (key, value) in &pairs {
+            if value.storage_type() == StorageType::RowSparse && value.shape().ndim() == 0 {
+                return Err(Error::UnsupportedStorage {
+                    op: "init",
+                    key: key.clone(),
+                    stype: StorageType::RowSparse,
+                    hint: "a row_sparse key needs at least one dimension",
+                }
+                .into());
+            }
+        }
+        let packing = self.compression.lock().map(|gc| gc.kind());
+        let infos = self.registry.lock().register(&pairs, self.layout, &self.name, packing)?;
+        let sent = if self.rank == 0 { self.send_init(&infos, &pairs) } else { Ok(()) };
+        // Every worker waits here, even when rank 0 failed, so nobody is left at the barrier.
+        let barrier = self.barrier();
+        sent?;
+        barrier
+    }
+
+    fn send_init(&self, infos: &[Arc<KeyInfo>], pairs: &[(Key, &NDArray)]) -> crate::Result<()> {
+        let budget = self.ctx.budget;
+        let mut msgs: Vec<Open> = Vec::new();
+        for (info, (_, value)) in infos.iter().zip(pairs) {
+            let snapshot = value.storage_snapshot()?;
+            let shape = &info.shape;
+            let rows_key = info.stype == StorageType::RowSparse;
+            let buf = match snapshot {
+                Storage::Dense(b) => b,
+                other => other.to_dense_buffer(shape.rows(), shape.row_len()),
+            };
+            let unit = info.unit();
+            let name = info.key.to_string();
+            // The name's share of the JSON list: quotes, comma, and escapes at worst.
+            let name_bytes = serde_json::to_string(&name).map_or(name.len() * 6 + 2, |j| j.len()) + 1;
+            for s in &info.slices {
+                let mut chunks: SmallVec<[Chunk; 2]> = SmallVec::new();
+                if rows_key {
+                    let ids: Vec<i64> = (0..s.len).map(|i| i64::try_from(i).unwrap_or(i64::MAX)).collect();
+                    chunks.push(codec::ids_to_chunk(&ids));
+                }
+                chunks.push(codec::range_to_chunk(&buf, s.offset * unit, s.len * unit));
+                let bytes: usize = chunks.iter().map(|c| c.data.len()).sum::<usize>() + 64;
+                let fits = |o: &Open| {
+                    o.server == s.server
+                        && o.rows == rows_key
+                        && o.msg.meta.keys.len() < budget.keys
+                        && o.msg.chunks.len() + chunks.len() <= budget.chunks
+                        && o.bytes + bytes <= budget.bytes
+                        && o.text + name_bytes + 2 <= self.max_text
+                };
+                let i = match msgs.iter().rposition(|o| o.server == s.server && o.rows == rows_key) {
+                    Some(i) if fits(&msgs[i]) => i,
+                    _ => {
+                        let flags = if rows_key { Flags::INIT.with(Flags::ROW_SPARSE) } else { Flags::INIT };
+                        let msg = Message::new(Command::Push).with_flags(flags);
+                        msgs.push(Open { server: s.server, rows: rows_key, msg, names: Vec::new(), bytes: 0, text: 0 });
+                        msgs.len() - 1
+                    }
+                };
+                let open = &mut msgs[i];
+                let m = &mut open.msg;
+                m.meta.push_key(info.ps, u64::try_from(bytes - 64).unwrap_or(u64::MAX), u64::try_from(s.offset).unwrap_or(u64::MAX));
+                m.chunks.extend(chunks);
+                open.names.push(name.clone());
+                open.bytes += bytes;
+                open.text += name_bytes;
+            }
+        }
+        let requests: Vec<(u32, Message)> = msgs
+            .into_iter()
+            .map(|mut o| {
+                o.msg.meta.text = serde_json::to_string(&o.names).unwrap_or_default();
+                (o.server, o.msg)
+            })
+            .collect();
+        block(&self.handle, self.ctx.client.request_all(requests))
+            .map_err(|e| refusal(e, "init", infos.iter().map(|i| (i.ps, i.key.clone()))))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,85 @@
+//! The answers of an operation: pulled values written into the outputs, and a server's
+//! refusal turned back into the typed error a local store returns.
+
+use super::build::Places;
+use super::ops::{Item, Kind};
+use crate::ndarray::{Buffer, RowSparse, Storage};
+use crate::ps::codec::{self, chunk_len};
+use crate::ps::proto::{Command, ErrorCode, Message};
+use crate::ps::Error as DistError;
+use crate::store::Error as StoreError;
+
+/// Writes pulled values into the outputs.
+pub(crate) fn write_back(kind: Kind, items: &[Item], places: &[Places], replies: &[Message]) -> Result<(), DistError> {
+    if kind == Kind::Push {
+        return Ok(());
+    }
+    for (place, reply) in places.iter().zip(replies) {
+        let per_key = if kind == Kind::RowSparsePull { 2 } else { 1 };
+        if reply.meta.keys.len() != place.len() || reply.chunks.len() != place.len() * per_key {
+            let detail = format!("{} keys and {} chunks for a request of {} keys", reply.meta.keys.len(), reply.chunks.len(), place.len());
+            return Err(DistError::Unexpected { peer: format!("node {}", reply.sender), command: Command::Reply, detail });
+        }
+        for (j, &(i, part, start)) in place.iter().enumerate() {
+            let item = &items[i];
+            let slice = item.info.slices[part];
+            let offset = reply.meta.offsets.get(j).copied().unwrap_or(0);
+            if reply.meta.keys[j] != item.info.ps || offset != u64::try_from(slice.offset).unwrap_or(u64::MAX) {
+                let detail = format!(
+                    "key {} (part at {offset}) answered in place of key {} (part at {})",
+                    reply.meta.keys[j], item.info.key, slice.offset
+                );
+                return Err(DistError::Unexpected { peer: format!("node {}", reply.sender), command: Command::Reply, detail });
+            }
+            let unit = item.info.unit();
+            let fail = |e: codec::CodecError| DistError::Unexpected {
+                peer: format!("node {}", reply.sender),
+                command: Command::Reply,
+                detail: format!("value of key {}: {e}", item.info.key),
+            };
+            if kind == Kind::RowSparsePull {
+                let data = &reply.chunks[2 * j + 1];
+                let n = chunk_len(&reply.chunks[2 * j]);
+                for out in &item.outs {
+                    let mut st = out.storage_mut();
+                    if let Storage::RowSparse(r) = &mut *st {
+                        codec::copy_chunk_into(&mut r.data, start * unit, n * unit, data).map_err(fail)?;
+                    }
+                }
+            } else {
+                for out in &item.outs {
+                    let mut st = out.storage_mut();
+                    if let Some(d) = st.dense_mut() {
+                        codec::copy_chunk_into(d, slice.offset * unit, slice.len * unit, &reply.chunks[j]).map_err(fail)?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Prepares the outputs of a row_sparse pull (inside the operation, which holds their vars):
+/// exactly the requested rows, zero until filled.
+pub(crate) fn prepare_row_outputs(item: &Item) {
+    for out in &item.outs {
+        let rows = RowSparse { indices: item.ids.clone(), data: Buffer::zeros(out.dtype(), item.ids.len() * item.info.shape.row_len()) };
+        *out.storage_mut() = Storage::RowSparse(rows);
+    }
+}
+
+/// A server's refusal as the error a local store gives for the same mistake, where there is
+/// one (the key is found among `items` by the ps key the server named); otherwise the
+/// distributed error itself, which keeps the code.
+pub(crate) fn refusal(e: DistError, op: &'static str, mut keys: impl Iterator<Item = (u64, crate::store::Key)>) -> crate::Error {
+    if let DistError::Refused { code, key: Some((ps, _)), .. } = &e {
+        if let Some((_, key)) = keys.find(|(p, _)| p == ps) {
+            match code {
+                ErrorCode::NotInitialized => return StoreError::NotInitialized { op, key }.into(),
+                ErrorCode::DuplicateInit => return StoreError::DuplicateInit { key }.into(),
+                _ => {}
+            }
+        }
+    }
+    e.into()
+}
