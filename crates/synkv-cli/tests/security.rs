@@ -1,14 +1,13 @@
 //! Authentication end to end (`SYNKV_SECRET`) and malformed frames sent to a server.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use synkv::ps::proto::{check, parse, Command as Cmd, Flags, Header, Limits, Message};
+use synkv::ps::proto::{Command as Cmd, Flags, Header, Limits, Message};
 use synkv::ps::NodeId;
 
-use crate::util::{free_port, job_env, launch, synkv, Proc, FAST};
+use crate::util::{free_port, job_env, launch, synkv, Proc, Raw, FAST};
 
 const BOUND: Duration = Duration::from_secs(40);
 
@@ -55,40 +54,6 @@ fn a_wrong_or_missing_secret_is_refused_and_nothing_hangs() {
     assert!(procs[3].output().contains("SYNKV_SECRET differs between nodes"), "{}", procs[3].output());
     assert!(procs[4].output().contains("SYNKV_SECRET is not set on this node"), "{}", procs[4].output());
     assert!(procs[0].output().contains("rendezvous"), "{}", procs[0].output());
-}
-
-/// A raw connection to a server.
-struct Raw {
-    s: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Raw {
-    fn connect(port: u16) -> Raw {
-        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the server");
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Raw { s, buf: Vec::new() }
-    }
-
-    /// The next frame, or `None` once the server closed the connection.
-    fn next(&mut self) -> Option<Message> {
-        loop {
-            if let Ok(Some(n)) = check(&self.buf, &Limits::default()) {
-                let frame: Vec<u8> = self.buf.drain(..n).collect();
-                return Some(parse(bytes::Bytes::from(frame), &Limits::default()).expect("a valid frame"));
-            }
-            let mut chunk = [0u8; 4096];
-            match self.s.read(&mut chunk) {
-                Ok(0) | Err(_) => return None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-    }
-
-    /// Every frame until the server closes the connection (bounded by the read timeout).
-    fn until_close(&mut self) -> Vec<Message> {
-        std::iter::from_fn(|| self.next()).collect()
-    }
 }
 
 #[test]

@@ -9,4 +9,5 @@ mod dist_values;
 mod failures;
 mod launch;
 mod launch_ssh;
+mod real_job;
 mod security;

@@ -4,11 +4,14 @@
 #![allow(dead_code)]
 
 use std::io::Read;
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use synkv::ps::proto::{check, parse, Limits, Message};
 
 /// Short heartbeats and deadlines so failure tests finish quickly.
 pub const FAST: [(&str, &str); 3] =
@@ -191,5 +194,40 @@ impl Job {
     /// Every process, scheduler first.
     pub fn all_mut(&mut self) -> impl Iterator<Item = &mut Proc> {
         std::iter::once(&mut self.scheduler).chain(self.servers.iter_mut()).chain(self.workers.iter_mut())
+    }
+}
+
+/// A raw connection to a server (tests that speak the protocol by hand).
+pub struct Raw {
+    pub s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Raw {
+    /// Connects to 127.0.0.1:`port`, with a 10 s read timeout.
+    pub fn connect(port: u16) -> Raw {
+        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the server");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Raw { s, buf: Vec::new() }
+    }
+
+    /// The next frame, or `None` once the server closed the connection.
+    pub fn next(&mut self) -> Option<Message> {
+        loop {
+            if let Ok(Some(n)) = check(&self.buf, &Limits::default()) {
+                let frame: Vec<u8> = self.buf.drain(..n).collect();
+                return Some(parse(bytes::Bytes::from(frame), &Limits::default()).expect("a valid frame"));
+            }
+            let mut chunk = [0u8; 4096];
+            match self.s.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    /// Every frame until the server closes the connection (bounded by the read timeout).
+    pub fn until_close(&mut self) -> Vec<Message> {
+        std::iter::from_fn(|| self.next()).collect()
     }
 }

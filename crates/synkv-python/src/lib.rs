@@ -36,11 +36,13 @@ mod views;
 
 use pyo3::prelude::*;
 
-/// Refuses further store calls and waits for every scheduled operation; registered with
-/// `atexit` so that no updater runs while the interpreter shuts down.
+/// Refuses further store calls, closes the stores still alive and waits for every scheduled
+/// operation; called from `atexit` so that no updater runs while the interpreter shuts down.
+/// Returns the close failures that were never raised, which the hook turns into a non-zero
+/// exit status.
 #[pyfunction]
-fn _drain(py: Python<'_>) {
-    updater::close(py);
+fn _drain(py: Python<'_>) -> Vec<String> {
+    updater::close(py)
 }
 
 /// The native part of the `synkv` package.

@@ -42,14 +42,28 @@ pub(crate) struct PyKVStore {
 /// dist worker must tell the cluster it is done, or the job waits for it).
 static LIVE: Mutex<Vec<Weak<synkv::KVStore>>> = Mutex::new(Vec::new());
 
-/// Closes every store still alive, without the GIL; errors are printed, not raised.
-pub(crate) fn close_all(py: Python<'_>) {
+/// Failures of closing a dist store that nobody could be told of (a store dropped, or closed
+/// by the exit hook): the exit hook turns them into a non-zero exit status.
+static UNREPORTED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn unreported(kv: &synkv::KVStore, e: &synkv::Error) {
+    let text = format!("closing the {} store: {e}", kv.type_name());
+    eprintln!("synkv: {text}");
+    if let Ok(mut u) = UNREPORTED.lock() {
+        u.push(text);
+    }
+}
+
+/// Closes every store still alive, without the GIL. Returns every close failure not raised
+/// to Python (these, and the ones of stores dropped earlier).
+pub(crate) fn close_all(py: Python<'_>) -> Vec<String> {
     let live: Vec<Arc<synkv::KVStore>> = LIVE.lock().map(|mut l| l.drain(..).filter_map(|w| w.upgrade()).collect()).unwrap_or_default();
     for kv in live {
         if let Err(e) = py.detach(|| kv.close()) {
-            eprintln!("synkv: closing the {} store at exit: {e}", kv.type_name());
+            unreported(&kv, &e);
         }
     }
+    UNREPORTED.lock().map(|mut u| std::mem::take(&mut *u)).unwrap_or_default()
 }
 
 impl PyKVStore {
@@ -64,7 +78,14 @@ impl Drop for PyKVStore {
     fn drop(&mut self) {
         if let Some(kv) = self.inner.take() {
             if kv.store_type().is_dist() && !crate::updater::is_closed() {
-                Python::attach(|py| py.detach(move || drop(kv)));
+                Python::attach(|py| {
+                    py.detach(move || {
+                        // Close here rather than in the store's drop, which could only log.
+                        if let Err(e) = kv.close() {
+                            unreported(&kv, &e);
+                        }
+                    })
+                });
             }
         }
     }

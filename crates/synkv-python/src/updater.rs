@@ -79,11 +79,13 @@ pub(crate) fn is_closed() -> bool {
 /// At interpreter exit: refuses new store calls (daemon threads may still be pushing), closes
 /// the stores still alive (a dist worker leaves the cluster), then waits, without the GIL,
 /// until every scheduled operation has finished, so that no updater needs Python once
-/// finalisation starts. Errors of those operations are dropped.
-pub(crate) fn close(py: Python<'_>) {
+/// finalisation starts. Returns the close failures that were never raised (the exit hook
+/// makes them a non-zero exit status); errors of the operations themselves are dropped.
+pub(crate) fn close(py: Python<'_>) -> Vec<String> {
     CLOSED.store(true, Ordering::Release);
-    crate::store::close_all(py);
+    let failures = crate::store::close_all(py);
     let _ = py.detach(|| synkv::engine::Engine::global().wait_all());
+    failures
 }
 
 /// The core updater that calls `callback(key, input, stored)`.

@@ -37,6 +37,11 @@ pub(crate) fn run(args: &DistArgs) -> Result<()> {
         "push-release" => push_release(&kv)?,
         "t30" => t30(&kv)?,
         "t35" => t35(&kv, args)?,
+        "finish-apart" => super::real_job::finish_apart(&kv, args)?,
+        "straggler" => super::real_job::straggler(&kv, args)?,
+        "many-keys" => super::real_job::many_keys(&kv, args)?,
+        "big-states" => super::real_job::big_states(&kv, args)?,
+        "hold" => super::real_job::hold(&kv, args)?,
         other => bail!("unknown selftest case {other:?}"),
     }
     println!("selftest {} ok (rank {rank} of {n} workers, {} servers)", args.case, kv.num_servers());

@@ -8,6 +8,7 @@
 
 mod cases;
 mod compression;
+mod real_job;
 mod sparse;
 
 use anyhow::{bail, Result};
@@ -38,6 +39,18 @@ pub(crate) struct DistArgs {
     /// Per-device values pushed per key (devices are reduced on the worker).
     #[arg(long, default_value_t = 1)]
     devices: usize,
+    /// Seconds a case sleeps where it simulates a slow worker (finish-apart, straggler, hold).
+    #[arg(long, default_value_t = 0.0)]
+    sleep_secs: f64,
+    /// Number of keys (many-keys).
+    #[arg(long, default_value_t = 200_000)]
+    keys: usize,
+    /// Elements of the key (big-states, hold).
+    #[arg(long, default_value_t = 100_000)]
+    size: usize,
+    /// A file whose appearance ends the wait of `hold`.
+    #[arg(long)]
+    until_file: Option<std::path::PathBuf>,
 }
 
 pub(crate) fn run(cmd: SelftestCommand) -> Result<()> {

@@ -43,8 +43,10 @@ Optimizers run inside the store: ``kv.set_optimizer(synkv.optimizer.SGD(momentum
 
 Distributed stores (``dist_sync``, ``dist_async``, ``dist_device_sync``) work in processes
 started by ``synkv launch -n W -s S -- python train.py``; ``kv.close()`` (or interpreter exit)
-leaves the cluster. ``kv.set_gradient_compression({'type': '2bit', 'threshold': 0.5})``
-works on ``device`` stores (``local`` refuses, as MXNet; dist stores do not compress yet).
+leaves the cluster: it waits until every worker has finished, however long that takes, and
+a failure there (a dead node) makes the interpreter exit with status 1 rather than pass
+silently. ``kv.set_gradient_compression({'type': '2bit', 'threshold': 0.5})`` works on
+``device`` and dist stores (``local`` refuses, as MXNet).
 """
 
 from __future__ import annotations
@@ -85,9 +87,27 @@ __all__ = [
     "row_sparse_array",
 ]
 
-# Finish every scheduled operation before the interpreter shuts down, so that no updater
-# tries to run Python code during finalisation.
-_atexit.register(_native._drain)
+def _at_exit() -> None:
+    """Finishes every scheduled operation before the interpreter shuts down (so that no updater
+    runs Python code during finalisation) and leaves the cluster. A dist store that could not
+    close cleanly (a node died, the job failed) ends the process with status 1: the failure is
+    printed, and a launcher or scheduler sees a failed worker instead of a successful one."""
+    failures = _native._drain()
+    if failures:
+        import os
+        import sys
+
+        for f in failures:
+            print(f"synkv: error at exit: {f}", file=sys.stderr)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # a closed stream cannot hide the exit status
+                pass
+        os._exit(1)
+
+
+_atexit.register(_at_exit)
 
 
 class RowSparseNDArray:

@@ -228,8 +228,8 @@ impl Config {
         4 * self.partition_bytes
     }
 
-    /// The bound on one connection's queued replies on a server (8 partitions: twice what a
-    /// worker keeps in flight).
+    /// The soft bound on one connection's unread replies on a server (8 partitions): past it,
+    /// the server reads no more of that worker's requests until it has read its answers.
     pub fn outbox_bytes(&self) -> u64 {
         8 * self.partition_bytes
     }

@@ -9,9 +9,11 @@
 //!
 //! Memory: each frame is admitted by the server's [`Ingress`] budget before its body is read,
 //! and events wait for room in the core's bounded queue, so a flooding or fast client is
-//! slowed down by TCP, never buffered without bound. Replies wait in a bounded [`Outbox`]; a
-//! reply that cannot be encoded (it would break the frame limit) is answered with an error
-//! instead, and the connection stays up.
+//! slowed down by TCP, never buffered without bound. Replies wait in the connection's
+//! [`Outbox`], whose soft bound (`SYNKV_PARTITION_BYTES` × 8) holds back the reading of the
+//! worker's next request while its answers are unread; a reply that cannot be encoded (it
+//! would break the frame limit) is answered with an error instead, and the connection stays
+//! up.
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -23,9 +25,6 @@ use crate::ps::node::{Rank, Role};
 use crate::ps::proto::{Command, ErrorCode, Message};
 use crate::ps::transport::{drain, Connection, Drained, Ingress, Outbox};
 use crate::ps::{auth, Config, Error};
-
-/// Replies queued for one connection at most.
-const OUTBOX: usize = 4096;
 
 /// Everything a connection task needs.
 pub(super) struct ConnTask {
@@ -62,7 +61,8 @@ impl ConnTask {
         let ConnTask { id, conn, config, events, token, tracker, ingress } = self;
         let (mut reader, mut writer) = conn.into_split();
         writer.set_stall_timeout(Some(config.timeout));
-        let (outbox, rx) = Outbox::bounded(OUTBOX, config.outbox_bytes());
+        reader.set_stall_timeout(Some(config.timeout));
+        let (outbox, rx) = Outbox::soft(config.outbox_bytes());
         if events.send(Event::Opened { conn: id, outbox: outbox.clone(), close: token.clone() }).await.is_err() {
             return;
         }
@@ -81,6 +81,13 @@ impl ConnTask {
         });
         let mut worker: Option<Rank> = None;
         loop {
+            // Answers this worker has not read yet hold back its next request (TCP pushes
+            // back on it): its memory on this server stays bounded, and an honest worker,
+            // which reads every answer, is never cut off.
+            tokio::select! {
+                room = outbox.wait_room() => if room.is_err() { break },
+                () = token.cancelled() => break,
+            }
             let read = tokio::select! {
                 r = reader.read_admitted(&ingress) => r,
                 () = token.cancelled() => break,

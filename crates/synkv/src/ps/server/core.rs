@@ -21,7 +21,9 @@
 //!   once per that interval. Slow is not dead: nothing fails.
 //! - **Commands**: see [`ServerCmd`] (optimizer states travel in pages, `states.rs`).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet, FxHashSet};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -115,13 +117,13 @@ impl Core {
             me,
             settings,
             sync: true,
-            keys: HashMap::new(),
+            keys: HashMap::default(),
             updater: None,
-            pending: HashMap::new(),
-            conns: HashMap::new(),
+            pending: HashMap::default(),
+            conns: HashMap::default(),
             done: BTreeSet::new(),
             held: 0,
-            open: HashSet::new(),
+            open: HashSet::default(),
             last_warning: None,
             pager: Pager::default(),
         }
@@ -209,8 +211,9 @@ impl Core {
         if names.len() != items.len() {
             return Err(ServerError::invalid(format!("init: {} key names for {} keys", names.len(), items.len())));
         }
+        let mut seen: FxHashSet<EntryKey> = FxHashSet::default();
         for (i, it) in items.iter().enumerate() {
-            if self.keys.contains_key(&it.key) || items[..i].iter().any(|o| o.key == it.key) {
+            if self.keys.contains_key(&it.key) || !seen.insert(it.key) {
                 return Err(ServerError::new(
                     ErrorCode::DuplicateInit,
                     format!(
@@ -239,8 +242,9 @@ impl Core {
         // Validate every key (values and round ids) before anything changes.
         let items = push_items(msg)?;
         let mut checked: Vec<(EntryKey, Option<u64>, Checked)> = Vec::with_capacity(items.len());
-        for (i, it) in items.into_iter().enumerate() {
-            if checked[..i].iter().any(|(k, _, _)| *k == it.key) {
+        let mut seen: FxHashSet<EntryKey> = FxHashSet::default();
+        for it in items {
+            if !seen.insert(it.key) {
                 return Err(ServerError::invalid(format!("key {} appears twice in one request", describe_key(it.key.0))).at(it.key));
             }
             let entry = self.keys.get(&it.key).ok_or_else(|| not_initialised(it.key))?;

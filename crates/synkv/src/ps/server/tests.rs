@@ -550,7 +550,7 @@ fn optimizer_states_travel_in_pages_and_load_back() {
 }
 
 #[test]
-fn a_connection_that_does_not_read_its_replies_is_closed() {
+fn a_connection_whose_outbox_refuses_a_reply_is_closed() {
     let mut core = Core::new(NodeId(8), settings(1));
     let (outbox, _rx) = Outbox::bounded(4, 1 << 20);
     let close = CancellationToken::new();

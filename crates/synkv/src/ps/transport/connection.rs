@@ -181,6 +181,18 @@ mod tests {
         assert!(rx.reader.reserved() < 1 << 20, "reserved {} bytes for 100 KiB received", rx.reader.reserved());
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_pausing_inside_a_frame_times_out_but_silence_between_frames_is_fine() {
+        let (mut a, b) = tokio::io::duplex(1 << 20);
+        let mut rx = Connection::new(b, "slow", Limits::default());
+        rx.reader.set_stall_timeout(Some(std::time::Duration::from_secs(5)));
+        let quiet = tokio::time::timeout(std::time::Duration::from_secs(60), rx.read_message()).await;
+        assert!(quiet.is_err(), "no frame started: the reader just waits");
+        a.write_all(&header_announcing(1 << 20, &Limits::default())).await.unwrap();
+        let err = rx.read_message().await.unwrap_err();
+        assert!(matches!(err, Error::Timeout { .. }) && err.to_string().contains("rest of a frame"), "{err}");
+    }
+
     #[tokio::test]
     async fn an_ingress_budget_holds_back_frames_until_admitted_ones_are_released() {
         use super::super::reader::Ingress;

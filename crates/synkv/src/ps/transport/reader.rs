@@ -15,10 +15,12 @@
 //! reading, the kernel's socket buffer fills, and TCP pushes back on the sender: what a process
 //! holds in received, unprocessed frames is bounded by the budget, whatever the number of peers.
 //!
-//! A clean EOF between frames is `Ok(None)`; EOF inside a frame is [`Error::EofMidFrame`].
+//! A clean EOF between frames is `Ok(None)`; EOF inside a frame is [`Error::EofMidFrame`]; a
+//! peer that stops in the middle of a frame for the stall timeout is [`Error::Timeout`].
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -83,6 +85,8 @@ pub struct FrameReader {
     recycle: Option<Bytes>,
     /// The current frame's admission, once obtained (kept across cancelled reads).
     admitted: Option<Admission>,
+    /// Longest a peer may pause in the middle of a frame (`None`: unbounded).
+    stall: Option<Duration>,
 }
 
 impl fmt::Debug for FrameReader {
@@ -93,7 +97,7 @@ impl fmt::Debug for FrameReader {
 
 impl FrameReader {
     pub(super) fn new(io: Box<dyn AsyncRead + Send + Unpin>, peer: Arc<str>, limits: Limits) -> FrameReader {
-        FrameReader { io, buffer: BytesMut::with_capacity(LOOKAHEAD), limits, peer, recycle: None, admitted: None }
+        FrameReader { io, buffer: BytesMut::with_capacity(LOOKAHEAD), limits, peer, recycle: None, admitted: None, stall: None }
     }
 
     /// The peer's name.
@@ -111,6 +115,13 @@ impl FrameReader {
 
     pub(super) fn set_limits(&mut self, limits: Limits) {
         self.limits = limits;
+    }
+
+    /// Bounds how long the peer may pause in the middle of a frame: a frame that gets no byte
+    /// for `stall` fails with [`Error::Timeout`] (a stuck or hostile peer must not keep its
+    /// ingress admission, nor its buffer, forever). Between frames, silence is fine.
+    pub fn set_stall_timeout(&mut self, stall: Option<Duration>) {
+        self.stall = stall;
     }
 
     /// Bytes received and not yet handed out (tests and diagnostics).
@@ -149,7 +160,18 @@ impl FrameReader {
             self.make_room(want);
             let limit = want.saturating_sub(self.buffer.len()).saturating_add(LOOKAHEAD);
             let limit = limit.min(self.buffer.capacity() - self.buffer.len()).max(1);
-            let n = (&mut self.io).take(u64::try_from(limit).unwrap_or(u64::MAX)).read_buf(&mut self.buffer).await?;
+            let stall = self.stall.filter(|_| !self.buffer.is_empty());
+            let mut io = (&mut self.io).take(u64::try_from(limit).unwrap_or(u64::MAX));
+            let n = match stall {
+                None => io.read_buf(&mut self.buffer).await?,
+                Some(t) => match tokio::time::timeout(t, io.read_buf(&mut self.buffer)).await {
+                    Ok(n) => n?,
+                    Err(_) => {
+                        let what = format!("{} to send the rest of a frame ({} bytes received)", self.peer, self.buffer.len());
+                        return Err(Error::timeout(what, t));
+                    }
+                },
+            };
             if n == 0 {
                 if self.buffer.is_empty() {
                     return Ok(None);

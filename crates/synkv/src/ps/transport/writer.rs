@@ -6,19 +6,19 @@
 //! timeout bounds each write call, not the whole message: a 1 GiB frame on a slow link is
 //! fine as long as bytes keep moving; a peer that stops reading for the timeout is stuck.
 //!
-//! An outbox is bounded in messages and in bytes (a message larger than the byte bound is
-//! admitted alone). [`Outbox::try_send`] never waits (for single-threaded state machines: the
-//! scheduler's and the server's cores, for which a full outbox means the peer does not read
-//! what it asked for); [`Outbox::send`] waits for room.
+//! An outbox is bounded in bytes (a message larger than the bound is admitted alone), hard or
+//! soft (see [`Outbox`]). [`Outbox::try_send`] never waits (for single-threaded state
+//! machines: the scheduler's and the server's cores); [`Outbox::send`] waits for room.
 
 use std::fmt;
 use std::io::IoSlice;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::ps::proto::{EncodeError, Limits, Message};
@@ -143,11 +143,26 @@ async fn write_all_vectored<W: AsyncWrite + Unpin + ?Sized>(
     Ok(())
 }
 
-/// A message waiting in an outbox, with its share of the outbox's byte bound.
+/// Bytes queued in an outbox, and who waits for them to drain.
+#[derive(Debug, Default)]
+struct Queue {
+    bytes: AtomicU64,
+    drained: Notify,
+}
+
+/// A message waiting in an outbox, with its weight (returned to the queue when dropped).
 #[derive(Debug)]
 pub(super) struct Queued {
     msg: Message,
-    _bytes: OwnedSemaphorePermit,
+    weight: u64,
+    queue: Arc<Queue>,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        self.queue.bytes.fetch_sub(self.weight, Ordering::AcqRel);
+        self.queue.drained.notify_waiters();
+    }
 }
 
 /// Why [`Outbox::try_send`] refused a message.
@@ -161,13 +176,22 @@ pub enum OutboxError {
     Closed,
 }
 
-/// The sending side of a connection's bounded queue of messages. Cheap to clone; the writer
+/// The sending side of a connection's queue of messages. Cheap to clone; the writer
 /// ([`drain`]) flushes what is queued and closes the connection once every clone is dropped.
+///
+/// Two kinds of bound: a *hard* one ([`Outbox::bounded`]: [`try_send`](Outbox::try_send)
+/// refuses past it, for control connections, where a full outbox means a dead peer), and a
+/// *soft* one ([`Outbox::soft`]: sends always queue, and the connection's reader waits with
+/// [`wait_room`](Outbox::wait_room) before reading the next request, so a peer that does not
+/// read its answers stops being read, and TCP pushes back on it). The soft bound never drops
+/// an answer an honest peer waits for, and waiting only on already-queued answers cannot
+/// deadlock: they drain as soon as that peer reads.
 #[derive(Clone, Debug)]
 pub struct Outbox {
     tx: mpsc::Sender<Queued>,
-    bytes: Arc<Semaphore>,
-    max_bytes: u32,
+    queue: Arc<Queue>,
+    max_bytes: u64,
+    hard: bool,
 }
 
 /// The receiving side of an [`Outbox`], for [`drain`].
@@ -175,11 +199,15 @@ pub struct Outbox {
 pub struct OutboxRx(mpsc::Receiver<Queued>);
 
 impl Outbox {
-    /// An outbox of at most `max_messages` messages and `max_bytes` bytes of chunks.
+    /// An outbox of at most `max_messages` messages and `max_bytes` bytes of chunks (a message
+    /// larger than that is admitted when the outbox is empty).
     pub fn bounded(max_messages: usize, max_bytes: u64) -> (Outbox, OutboxRx) {
-        let (tx, rx) = mpsc::channel(max_messages.clamp(1, Semaphore::MAX_PERMITS));
-        let max_bytes = u32::try_from(max_bytes).unwrap_or(u32::MAX).max(1);
-        (Outbox { tx, bytes: Arc::new(Semaphore::new(max_bytes as usize)), max_bytes }, OutboxRx(rx))
+        Outbox::make(max_messages, max_bytes, true)
+    }
+
+    /// An outbox with a soft bound of `max_bytes` (see the type's docs).
+    pub fn soft(max_bytes: u64) -> (Outbox, OutboxRx) {
+        Outbox::make(Semaphore::MAX_PERMITS, max_bytes, false)
     }
 
     /// An outbox whose only bound is its sender's own: a worker's requests, which are the
@@ -187,28 +215,77 @@ impl Outbox {
     /// Bounding them here could deadlock two workers whose full queues each wait for the
     /// other's pushes in a sync round.
     pub fn unbounded() -> (Outbox, OutboxRx) {
-        let (tx, rx) = mpsc::channel(Semaphore::MAX_PERMITS);
-        (Outbox { tx, bytes: Arc::new(Semaphore::new(Semaphore::MAX_PERMITS)), max_bytes: u32::MAX }, OutboxRx(rx))
+        Outbox::make(Semaphore::MAX_PERMITS, u64::MAX, false)
     }
 
-    fn weight(&self, msg: &Message) -> u32 {
-        let bytes: usize = msg.chunks.iter().map(|c| c.data.len()).sum();
-        u32::try_from(bytes).unwrap_or(u32::MAX).min(self.max_bytes)
+    fn make(max_messages: usize, max_bytes: u64, hard: bool) -> (Outbox, OutboxRx) {
+        let (tx, rx) = mpsc::channel(max_messages.clamp(1, Semaphore::MAX_PERMITS));
+        (Outbox { tx, queue: Arc::default(), max_bytes: max_bytes.max(1), hard }, OutboxRx(rx))
     }
 
-    /// Queues `msg` if there is room now.
-    pub fn try_send(&self, msg: Message) -> std::result::Result<(), OutboxError> {
-        let permit = Arc::clone(&self.bytes).try_acquire_many_owned(self.weight(&msg)).map_err(|_| OutboxError::Full)?;
-        self.tx.try_send(Queued { msg, _bytes: permit }).map_err(|e| match e {
+    fn weight(msg: &Message) -> u64 {
+        msg.chunks.iter().map(|c| u64::try_from(c.data.len()).unwrap_or(u64::MAX)).sum()
+    }
+
+    /// Bytes queued now.
+    pub fn queued_bytes(&self) -> u64 {
+        self.queue.bytes.load(Ordering::Acquire)
+    }
+
+    fn room_for(&self, weight: u64) -> bool {
+        let queued = self.queued_bytes();
+        queued == 0 || queued.saturating_add(weight) <= self.max_bytes
+    }
+
+    fn enqueue(&self, msg: Message, weight: u64) -> std::result::Result<(), OutboxError> {
+        self.queue.bytes.fetch_add(weight, Ordering::AcqRel);
+        let queued = Queued { msg, weight, queue: Arc::clone(&self.queue) };
+        self.tx.try_send(queued).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => OutboxError::Full,
             mpsc::error::TrySendError::Closed(_) => OutboxError::Closed,
         })
     }
 
-    /// Queues `msg`, waiting for room.
+    /// Queues `msg` if there is room now (always, under a soft bound, unless closed).
+    pub fn try_send(&self, msg: Message) -> std::result::Result<(), OutboxError> {
+        let weight = Outbox::weight(&msg);
+        if self.hard && !self.room_for(weight) {
+            return Err(OutboxError::Full);
+        }
+        self.enqueue(msg, weight)
+    }
+
+    /// Queues `msg`, waiting for room first.
     pub async fn send(&self, msg: Message) -> std::result::Result<(), OutboxError> {
-        let permit = Arc::clone(&self.bytes).acquire_many_owned(self.weight(&msg)).await.map_err(|_| OutboxError::Closed)?;
-        self.tx.send(Queued { msg, _bytes: permit }).await.map_err(|_| OutboxError::Closed)
+        let weight = Outbox::weight(&msg);
+        self.wait_until(|o| o.room_for(weight)).await?;
+        let permit = self.tx.reserve().await.map_err(|_| OutboxError::Closed)?;
+        self.queue.bytes.fetch_add(weight, Ordering::AcqRel);
+        permit.send(Queued { msg, weight, queue: Arc::clone(&self.queue) });
+        Ok(())
+    }
+
+    /// Waits until fewer than the bound's bytes are queued (a reader's flow control).
+    pub async fn wait_room(&self) -> std::result::Result<(), OutboxError> {
+        self.wait_until(|o| o.queued_bytes() < o.max_bytes).await
+    }
+
+    async fn wait_until(&self, ready: impl Fn(&Outbox) -> bool) -> std::result::Result<(), OutboxError> {
+        loop {
+            let drained = self.queue.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.tx.is_closed() {
+                return Err(OutboxError::Closed);
+            }
+            if ready(self) {
+                return Ok(());
+            }
+            tokio::select! {
+                () = drained => {}
+                () = self.tx.closed() => return Err(OutboxError::Closed),
+            }
+        }
     }
 
     /// Whether the writer is gone.
@@ -220,7 +297,7 @@ impl Outbox {
 impl OutboxRx {
     /// The next queued message, if any (for tests of the state machines that queue them).
     pub fn try_recv(&mut self) -> Option<Message> {
-        self.0.try_recv().ok().map(|q| q.msg)
+        self.0.try_recv().ok().map(|q| q.msg.clone())
     }
 }
 
@@ -248,8 +325,8 @@ where
             q = rx.0.recv() => q,
             () = stop.cancelled() => return Drained::Stopped,
         };
-        let Some(Queued { msg, _bytes }) = queued else { break };
-        let mut next = Some(msg);
+        let Some(queued) = queued else { break };
+        let mut next = Some(queued.msg.clone());
         while let Some(msg) = next.take() {
             match writer.write_message(&msg).await {
                 Ok(()) => {}
@@ -260,6 +337,8 @@ where
                 Err(e) => return Drained::Failed(e),
             }
         }
+        // Written: its bytes leave the queue now.
+        drop(queued);
     }
     let stall = writer.stall.unwrap_or(Duration::from_secs(10));
     let _ = tokio::time::timeout(stall, writer.shutdown()).await;
@@ -277,6 +356,23 @@ mod tests {
         m.meta.lens = vec![n as u64];
         m.chunks.push(Chunk { dtype: DTypeCode::U8, data: Bytes::from(vec![0u8; n]) });
         m
+    }
+
+    #[tokio::test]
+    async fn a_soft_outbox_takes_everything_and_holds_its_reader_until_it_drains() {
+        let (out, mut rx) = Outbox::soft(100);
+        out.try_send(sized(80)).unwrap();
+        out.try_send(sized(80)).unwrap();
+        assert_eq!(out.queued_bytes(), 160, "a soft bound never refuses");
+        let waiting = tokio::spawn({
+            let out = out.clone();
+            async move { out.wait_room().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "160 queued bytes of 100: the reader waits");
+        rx.0.recv().await.unwrap(); // written: 80 left
+        assert_eq!(out.queued_bytes(), 80);
+        waiting.await.unwrap().unwrap();
     }
 
     #[test]

@@ -66,6 +66,8 @@ struct Open {
     msg: Message,
     places: Places,
     bytes: usize,
+    /// Chunks of the message or of its answer, whichever has more.
+    chunks: usize,
 }
 
 /// Where a key part comes from: the item, its info, the part's index in the key's slices, its
@@ -95,8 +97,7 @@ impl Builder {
     /// `bytes` bytes, or a new one.
     fn slot(&mut self, server: u32, rows: bool, keys: usize, chunks: usize, bytes: usize) -> &mut Open {
         let b = self.budget;
-        let fits =
-            |o: &Open| o.msg.meta.keys.len() + keys <= b.keys && o.msg.chunks.len() + chunks <= b.chunks && o.bytes + bytes <= b.bytes;
+        let fits = |o: &Open| o.msg.meta.keys.len() + keys <= b.keys && o.chunks + chunks <= b.chunks && o.bytes + bytes <= b.bytes;
         let pos = self.msgs.iter().rposition(|o| o.server == server && o.rows == rows);
         let i = match pos {
             Some(i) if fits(&self.msgs[i]) => i,
@@ -112,7 +113,7 @@ impl Builder {
                     m.flags = m.flags.with(Flags::COMPRESSED);
                     m.meta.text = serde_json::to_string(gc).unwrap_or_default();
                 }
-                self.msgs.push(Open { server, rows, msg: m, places: Vec::new(), bytes: 0 });
+                self.msgs.push(Open { server, rows, msg: m, places: Vec::new(), bytes: 0, chunks: 0 });
                 self.msgs.len() - 1
             }
         };
@@ -127,7 +128,15 @@ impl Builder {
         let data: usize = chunks.iter().map(|c| c.data.len()).sum();
         let bytes = data + reply + PER_KEY;
         let round = self.rounds.then(|| info.rounds[part].load(Ordering::Acquire));
-        let open = self.slot(slice.server, rows, 1, chunks.len(), bytes);
+        // The answer has chunks too: one per key (values), two for rows (ids and rows).
+        let answer_chunks = match self.command {
+            Command::Push => 0,
+            _ if rows => 2,
+            _ => 1,
+        };
+        let weight = chunks.len().max(answer_chunks);
+        let open = self.slot(slice.server, rows, 1, weight, bytes);
+        open.chunks += weight;
         let m = &mut open.msg;
         m.meta.push_key(info.ps, len, u64::try_from(slice.offset).unwrap_or(u64::MAX));
         if let Some(r) = round {

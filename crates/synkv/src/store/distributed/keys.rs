@@ -135,8 +135,11 @@ impl Registry {
         let Layout { servers, bound, partition_bytes } = layout;
         let kind = self.check_kinds("init", pairs.iter().map(|p| &p.0))?;
         let mut infos = Vec::with_capacity(pairs.len());
-        for (i, (key, value)) in pairs.iter().enumerate() {
-            if self.keys.contains_key(key) || pairs[..i].iter().any(|(k, _)| k == key) {
+        // Keys and ps keys of this call so far (a call may hold hundreds of thousands).
+        let mut seen: FxHashMap<&Key, ()> = FxHashMap::default();
+        let mut seen_ps: FxHashMap<u64, &Key> = FxHashMap::default();
+        for (key, value) in pairs {
+            if self.keys.contains_key(key) || seen.insert(key, ()).is_some() {
                 return Err(Error::DuplicateInit { key: key.clone() });
             }
             if !matches!(value.dtype(), DType::F32 | DType::F64 | DType::F16 | DType::BF16) {
@@ -147,13 +150,14 @@ impl Registry {
                 });
             }
             let ps = ps_key(key);
-            if let Some(other) = self.by_ps.get(&ps).or_else(|| infos.iter().find(|k: &&KeyInfo| k.ps == ps).map(|k| &k.key)) {
+            if let Some(other) = self.by_ps.get(&ps).or_else(|| seen_ps.get(&ps).copied()) {
                 return Err(Error::Unsupported {
                     op: "init",
                     store_type: store_type.to_owned(),
                     reason: format!("keys {other} and {key} hash to the same server key; rename one of them"),
                 });
             }
+            seen_ps.insert(ps, key);
             let shape = value.shape().clone();
             let stype = value.storage_type();
             let (units, unit) = match stype {

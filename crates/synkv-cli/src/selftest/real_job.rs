@@ -1,0 +1,175 @@
+//! Scenarios of real jobs rather than toy ones (issue 10): workers finishing far apart, a slow
+//! worker between two sync pushes, hundreds of thousands of keys, optimizer states larger
+//! than a frame, and a worker that only holds a key while a test talks to the servers.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use synkv::ndarray::Buffer;
+use synkv::optimizer::{Adam, Optimizer, Updater};
+use synkv::{create, Context as Device, DType, KVStore, NDArray};
+
+use super::cases::full;
+use super::{expect_all, DistArgs};
+
+fn sleep(secs: f64) {
+    if secs > 0.0 {
+        std::thread::sleep(Duration::from_secs_f64(secs));
+    }
+}
+
+/// Two sync rounds of one key, then worker `r` waits `r · sleep_secs` before closing: the
+/// workers finish far apart (an uneven last epoch, a long final evaluation).
+pub(super) fn finish_apart(kv: &KVStore, args: &DistArgs) -> Result<()> {
+    let (rank, n) = (kv.rank(), kv.num_workers());
+    kv.init("w", &full(&[4], 0.0, DType::F32))?;
+    for round in 0..2 {
+        let out = full(&[4], 0.0, DType::F32);
+        kv.pushpull("w", &full(&[4], (rank + 1) as f64, DType::F32), &out)?;
+        expect_all(&format!("round {round}"), &out, (n * (n + 1) / 2) as f64, 0.0)?;
+    }
+    println!("selftest finish-apart: rank {rank} done training");
+    sleep(rank as f64 * args.sleep_secs);
+    Ok(())
+}
+
+/// Worker 1 waits `sleep_secs` between two sync pushes (a checkpoint, a validation pass):
+/// the others' pushes wait for it, and every value is right.
+pub(super) fn straggler(kv: &KVStore, args: &DistArgs) -> Result<()> {
+    let (rank, n) = (kv.rank(), kv.num_workers());
+    kv.init("s", &full(&[8], 0.0, DType::F32))?;
+    let want = (n * (n + 1) / 2) as f64;
+    for round in 0..2 {
+        if round == 1 && rank == 1 {
+            sleep(args.sleep_secs);
+        }
+        kv.push("s", &full(&[8], (rank + 1) as f64, DType::F32))?;
+        let out = full(&[8], 0.0, DType::F32);
+        kv.pull("s", &out)?;
+        expect_all(&format!("round {round}"), &out, want, 0.0)?;
+    }
+    Ok(())
+}
+
+/// `keys` dense keys of 2 floats (push, pull and pushpull in one call each, far more keys and
+/// chunks than one frame holds) and `keys / 10` row_sparse keys of 4 × 2 (push of rows 1 and
+/// 3, row_sparse_pull of rows 1 and 2), all on the servers at once.
+pub(super) fn many_keys(kv: &KVStore, args: &DistArgs) -> Result<()> {
+    let (rank, n) = (kv.rank(), kv.num_workers());
+    let sum = (n * (n + 1) / 2) as f64;
+    let keys: Vec<i32> = (0..i32::try_from(args.keys)?).collect();
+    let zeros: Vec<NDArray> = keys.iter().map(|_| full(&[2], 0.0, DType::F32)).collect();
+    kv.init(keys.clone(), &zeros)?;
+    let grads: Vec<NDArray> = keys.iter().map(|k| full(&[2], f64::from(k % 7) + (rank + 1) as f64, DType::F32)).collect();
+    kv.push(keys.clone(), &grads)?;
+    kv.pull(keys.clone(), &zeros)?;
+    check_keys("push + pull", &keys, &zeros, |k| n as f64 * f64::from(k % 7) + sum)?;
+    kv.pushpull(keys.clone(), &grads, &zeros)?;
+    check_keys("pushpull", &keys, &zeros, |k| n as f64 * f64::from(k % 7) + sum)?;
+    println!("selftest many-keys: {} dense keys ok", keys.len());
+
+    let base = keys.len() as i32;
+    let sparse: Vec<i32> = (base..base + (keys.len() / 10) as i32).collect();
+    let shape = [4usize, 2];
+    let all: Vec<NDArray> = sparse
+        .iter()
+        .map(|_| NDArray::row_sparse(shape.to_vec(), vec![0, 1, 2, 3], Buffer::filled(DType::F32, 8, 1.0), Device::cpu(0)))
+        .collect::<Result<_, _>>()?;
+    kv.init(sparse.clone(), &all)?;
+    let rows: Vec<NDArray> = sparse
+        .iter()
+        .map(|_| NDArray::row_sparse(shape.to_vec(), vec![1, 3], Buffer::filled(DType::F32, 4, (rank + 1) as f64), Device::cpu(0)))
+        .collect::<Result<_, _>>()?;
+    kv.push(sparse.clone(), &rows)?;
+    let ids = NDArray::from_vec([2], vec![1.0f32, 2.0])?;
+    let outs: Vec<NDArray> = sparse.iter().map(|_| NDArray::row_sparse_zeros(shape.to_vec(), DType::F32, Device::cpu(0))).collect();
+    let id_lists: Vec<&NDArray> = sparse.iter().map(|_| &ids).collect();
+    kv.row_sparse_pull(sparse.clone(), &outs, id_lists)?;
+    for (k, out) in sparse.iter().zip(&outs) {
+        // Assign: rows pushed (1, 3) hold the sum, the others became 0.
+        let got = out.to_vec::<f64>()?;
+        let want = [0.0, 0.0, sum, sum, 0.0, 0.0, 0.0, 0.0];
+        if got != want || out.indices()? != vec![1, 2] {
+            bail!("row_sparse key {k}: pulled {got:?} (rows {:?}), expected {want:?} (rows [1, 2])", out.indices()?);
+        }
+    }
+    println!("selftest many-keys: {} row_sparse keys ok", sparse.len());
+    Ok(())
+}
+
+fn check_keys(what: &str, keys: &[i32], outs: &[NDArray], want: impl Fn(i32) -> f64) -> Result<()> {
+    for (k, o) in keys.iter().zip(outs) {
+        expect_all(&format!("{what}, key {k}"), o, want(*k), 0.0)?;
+    }
+    Ok(())
+}
+
+/// Adam on one key of `size` floats (its value and its states far larger than a frame when
+/// `SYNKV_MAX_FRAME_BYTES` is small): rank 0 saves the servers' states, loads them back and
+/// saves again — both files equal, byte for byte, what a local store with the same pushes
+/// saves.
+pub(super) fn big_states(kv: &KVStore, args: &DistArgs) -> Result<()> {
+    let (rank, n) = (kv.rank(), kv.num_workers());
+    let opt = Optimizer::from(Adam::default()).with_learning_rate(0.01);
+    kv.set_optimizer(opt.clone())?;
+    let size = args.size;
+    let init: Vec<f32> = (0..size).map(|i| (i % 100) as f32 / 100.0).collect();
+    kv.init("big", &NDArray::from_vec([size], init.clone())?)?;
+    // The same rounds on a local store: what every worker's pushes sum to.
+    let local = create("local")?;
+    local.set_optimizer(opt)?;
+    local.init("big", &NDArray::from_vec([size], init)?)?;
+    for round in 0..args.repeat {
+        let grad = |r: usize| -> Vec<f32> { (0..size).map(|i| ((i * 7 + round * 3 + r) % 11) as f32 / 10.0 - 0.5).collect() };
+        kv.push("big", &NDArray::from_vec([size], grad(rank))?)?;
+        let grads: Vec<Vec<f32>> = (0..n).map(grad).collect();
+        let total: Vec<f32> = (0..size).map(|i| grads.iter().map(|g| g[i]).sum()).collect();
+        local.push("big", &NDArray::from_vec([size], total)?)?;
+    }
+    let out = NDArray::zeros([size]);
+    kv.pull("big", &out)?;
+    let want = NDArray::zeros([size]);
+    local.pull("big", &want)?;
+    let (got, want) = (out.to_vec::<f32>()?, want.to_vec::<f32>()?);
+    if let Some(i) = (0..size).find(|&i| (got[i] - want[i]).abs() > 1e-5 * want[i].abs().max(1.0)) {
+        bail!("element {i} is {} on the servers, {} on a local store", got[i], want[i]);
+    }
+    kv.barrier()?;
+    if rank == 0 {
+        let dir = std::env::temp_dir().join(format!("synkv-big-states-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let (a, b, l) = (dir.join("saved.bin"), dir.join("reloaded.bin"), dir.join("local.bin"));
+        kv.save_optimizer_states(&a).context("saving the servers' states")?;
+        kv.load_optimizer_states(&a).context("loading them back")?;
+        kv.save_optimizer_states(&b).context("saving again")?;
+        local.save_optimizer_states(&l)?;
+        let (a_bytes, b_bytes, l_bytes) = (std::fs::read(&a)?, std::fs::read(&b)?, std::fs::read(&l)?);
+        let _ = std::fs::remove_dir_all(&dir);
+        let states = Updater::from_saved_states(&a_bytes)?;
+        let len = states.state("big").map_or(0, |s| s.len());
+        if len != size || states.update_count("big") != Some(args.repeat as u64) {
+            bail!("the saved state of key big has {len} elements and count {:?}", states.update_count("big"));
+        }
+        if a_bytes != b_bytes {
+            bail!("saving, loading and saving again changed the states file");
+        }
+        if a_bytes != l_bytes {
+            bail!("the servers' states file differs from a local store's after the same pushes");
+        }
+        println!("selftest big-states: {} bytes of states saved and loaded back", a_bytes.len());
+    }
+    kv.barrier()?;
+    Ok(())
+}
+
+/// Initialises key 4242 (`size` floats), then waits while a test talks to the servers
+/// directly (raw frames): `sleep_secs`, or until the file `--until-file` exists.
+pub(super) fn hold(kv: &KVStore, args: &DistArgs) -> Result<()> {
+    kv.init(4242, &full(&[args.size.max(1)], 1.0, DType::F32))?;
+    println!("selftest hold: holding key 4242 for {} s", args.sleep_secs);
+    let deadline = std::time::Instant::now() + Duration::from_secs_f64(args.sleep_secs);
+    while std::time::Instant::now() < deadline && !args.until_file.as_ref().is_some_and(|f| f.exists()) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
