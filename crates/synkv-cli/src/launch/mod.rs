@@ -21,7 +21,10 @@
 //! Exit status ([`supervise`]): 0 when every process exits 0. When one exits non-zero (or is
 //! killed by a signal: 128 + signal), the others get a grace period to notice — they report
 //! the lost node themselves — then the remaining ones are killed, and the launcher exits with
-//! that first non-zero status. Ctrl-C or SIGTERM kills every child and exits with 130.
+//! that first non-zero status. The launcher never waits forever: once the job is over — the
+//! scheduler exited, or every worker did — the processes still running get the same grace
+//! period, then are killed and named, and the launcher exits 1. Ctrl-C or SIGTERM kills every
+//! child and exits with 130.
 
 mod hostfile;
 mod ssh;
@@ -37,7 +40,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
-use supervise::{run_plan, Planned};
+use supervise::{run_plan, Part, Planned};
 
 /// How processes are started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -192,22 +195,22 @@ fn local_plan(spec: &JobSpec) -> Result<Vec<Planned>> {
             cmd.env("DMLC_TASK_ID", t.to_string());
         }
     };
-    let planned = |label: String, cmd: Command| Planned { label, cmd, stdin: None, place: String::new() };
+    let planned = |label: String, role: Part, cmd: Command| Planned { label, role, cmd, stdin: None, place: String::new() };
     let mut cmd = Command::new(&exe);
     cmd.arg("scheduler");
     common(&mut cmd, "scheduler", None);
-    let mut plan = vec![planned("scheduler".into(), cmd)];
+    let mut plan = vec![planned("scheduler".into(), Part::Scheduler, cmd)];
     for i in 0..servers {
         let mut cmd = Command::new(&exe);
         cmd.arg("server");
         common(&mut cmd, "server", Some(i));
-        plan.push(planned(format!("server {i}"), cmd));
+        plan.push(planned(format!("server {i}"), Part::Server, cmd));
     }
     for i in 0..workers {
         let mut cmd = Command::new(&spec.command[0]);
         cmd.args(&spec.command[1..]);
         common(&mut cmd, "worker", Some(i));
-        plan.push(planned(format!("worker {i}"), cmd));
+        plan.push(planned(format!("worker {i}"), Part::Worker, cmd));
     }
     (spec.notes)(&format!("scheduler at 127.0.0.1:{port}, {servers} servers, {workers} workers"));
     Ok(plan)

@@ -47,7 +47,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 use super::hostfile::Host;
-use super::supervise::Planned;
+use super::supervise::{Part, Planned};
 
 /// Variables forwarded by name, besides `SYNKV_*` and `MXNET_*`.
 const FORWARDED: [&str; 4] = ["OMP_NUM_THREADS", "LD_LIBRARY_PATH", "RUST_LOG", "RUST_BACKTRACE"];
@@ -181,7 +181,8 @@ impl SshJob<'_> {
         let mut scheduler = Command::new(self.local_synkv);
         scheduler.arg("scheduler").env("DMLC_ROLE", "scheduler").envs(root.clone()).envs(counts.clone());
         scheduler.env("DMLC_JOB_CLUSTER", "ssh").env_remove("DMLC_TASK_ID");
-        let mut plan = vec![Planned { label: "scheduler".into(), cmd: scheduler, stdin: None, place: " on this host".into() }];
+        let mut plan =
+            vec![Planned { label: "scheduler".into(), role: Part::Scheduler, cmd: scheduler, stdin: None, place: " on this host".into() }];
         let roles = (0..self.servers).map(|i| ("server", i)).chain((0..self.workers).map(|i| ("worker", i)));
         for (role, i) in roles {
             let host = &self.hosts[i as usize % self.hosts.len()];
@@ -198,7 +199,8 @@ impl SshJob<'_> {
             let mut cmd = Command::new(&self.ssh);
             cmd.args(ssh_args(host, remote));
             let stdin = self.secret.as_ref().map(|s| format!("{s}\n").into_bytes());
-            plan.push(Planned { label: format!("{role} {i}"), cmd, stdin, place: format!(" on {host} via ssh") });
+            let part = if role == "server" { Part::Server } else { Part::Worker };
+            plan.push(Planned { label: format!("{role} {i}"), role: part, cmd, stdin, place: format!(" on {host} via ssh") });
         }
         plan
     }

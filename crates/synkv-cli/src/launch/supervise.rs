@@ -6,8 +6,10 @@
 //! label, waits for them and returns the job's exit status: the first non-zero status (a death
 //! by signal within half a second of the first failure counts as the first: it is the likely
 //! cause), after the others got the grace period to exit by themselves; 130 on Ctrl-C or
-//! SIGTERM. It does
-//! not know what a role is or where a process really runs: a killed `ssh` is all it can kill.
+//! SIGTERM. It never waits forever: once the job is over without a failure — the scheduler
+//! exited, or every worker did — the processes still running get the grace period too, then
+//! are killed and named, and the status is 1 (they hung). It knows each process's [`Part`]
+//! (scheduler, server, worker), not where it really runs: a killed `ssh` is all it can kill.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -18,10 +20,20 @@ use std::time::{Duration, Instant};
 
 use super::{JobSpec, Sink};
 
+/// The part a process plays in the job (what tells the launcher the job is over).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part {
+    Scheduler,
+    Server,
+    Worker,
+}
+
 /// One process to start.
 pub(crate) struct Planned {
     /// Its prefix in the output: `scheduler`, `server 0`, `worker 1`.
     pub(crate) label: String,
+    /// What it is.
+    pub(crate) role: Part,
     /// Program, arguments and environment; stdio is set by [`run_plan`].
     pub(crate) cmd: Command,
     /// Bytes written to its standard input, which is then closed (`None`: stdin is
@@ -34,6 +46,9 @@ pub(crate) struct Planned {
 /// One started process.
 struct Proc {
     label: String,
+    role: Part,
+    /// Killed by the launcher (its death is not a failure of the job).
+    killed: bool,
     child: Child,
     status: Option<ExitStatus>,
     pumps: Vec<JoinHandle<()>>,
@@ -46,7 +61,7 @@ pub(crate) fn run_plan(plan: Vec<Planned>, spec: &JobSpec) -> u8 {
     let interrupted = Arc::new(AtomicBool::new(false));
     watch_signals(Arc::clone(&interrupted));
     let mut procs: Vec<Proc> = Vec::new();
-    for Planned { label, mut cmd, stdin, place } in plan {
+    for Planned { label, role, mut cmd, stdin, place } in plan {
         cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() }).stdout(Stdio::piped()).stderr(Stdio::piped());
         match cmd.spawn() {
             Ok(mut child) => {
@@ -58,7 +73,7 @@ pub(crate) fn run_plan(plan: Vec<Planned>, spec: &JobSpec) -> u8 {
                         note(&format!("could not write to the standard input of {label}: {e}"));
                     }
                 }
-                procs.push(start(label, child, &spec.sink));
+                procs.push(start(label, role, child, &spec.sink));
             }
             Err(e) => {
                 note(&format!("could not start {label}{place} ({:?}): {e}", cmd.get_program()));
@@ -73,7 +88,7 @@ pub(crate) fn run_plan(plan: Vec<Planned>, spec: &JobSpec) -> u8 {
     code
 }
 
-fn start(label: String, mut child: Child, sink: &Sink) -> Proc {
+fn start(label: String, role: Part, mut child: Child, sink: &Sink) -> Proc {
     let mut pumps = Vec::new();
     if let Some(out) = child.stdout.take() {
         pumps.push(pump(out, label.clone(), false, Arc::clone(sink)));
@@ -81,7 +96,7 @@ fn start(label: String, mut child: Child, sink: &Sink) -> Proc {
     if let Some(err) = child.stderr.take() {
         pumps.push(pump(err, label.clone(), true, Arc::clone(sink)));
     }
-    Proc { label, child, status: None, pumps }
+    Proc { label, role, killed: false, child, status: None, pumps }
 }
 
 /// Hands `src` line by line to `sink`.
@@ -128,6 +143,10 @@ fn supervise(procs: &mut [Proc], interrupted: &AtomicBool, spec: &JobSpec) -> u8
     // signal may still replace it.
     let mut chosen: Option<(bool, Instant)> = None;
     let mut killed = false;
+    // When the job ended without a failure (scheduler or every worker gone), and whether
+    // stragglers had to be killed after it.
+    let mut over: Option<Instant> = None;
+    let mut stuck = false;
     loop {
         if interrupted.load(Ordering::Acquire) {
             note("interrupted: stopping every process");
@@ -148,6 +167,9 @@ fn supervise(procs: &mut [Proc], interrupted: &AtomicBool, spec: &JobSpec) -> u8
                 continue;
             }
             note(&format!("{} exited with status {code}", p.label));
+            if p.killed {
+                continue; // our own kill, not a failure of the job
+            }
             let by_signal = status.code().is_none();
             let replace = match failed_now {
                 None => true,
@@ -170,7 +192,33 @@ fn supervise(procs: &mut [Proc], interrupted: &AtomicBool, spec: &JobSpec) -> u8
             _ => {}
         }
         if procs.iter().all(|p| p.status.is_some()) {
-            return first_failure.map_or(0, |(c, _)| c);
+            return first_failure.map_or(if stuck { 1 } else { 0 }, |(c, _)| c);
+        }
+        // The job is over when the scheduler has exited or every worker has: whoever is still
+        // running must follow within the grace period (they are told, or lose the scheduler).
+        if first_failure.is_none() && over.is_none() {
+            let done = |role: Part| procs.iter().filter(|p| p.role == role).all(|p| p.status.is_some());
+            let why = if done(Part::Scheduler) {
+                Some("the scheduler exited")
+            } else if procs.iter().any(|p| p.role == Part::Worker) && done(Part::Worker) {
+                Some("every worker exited")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                let left: Vec<&str> = procs.iter().filter(|p| p.status.is_none()).map(|p| p.label.as_str()).collect();
+                note(&format!("{why}: the job is over; {} get {grace:?} to exit", left.join(", ")));
+                over = Some(Instant::now() + grace);
+            }
+        }
+        if let (None, Some(deadline)) = (first_failure, over) {
+            if !stuck && Instant::now() >= deadline {
+                for p in procs.iter().filter(|p| p.status.is_none()) {
+                    note(&format!("killing {} (still running {grace:?} after the job was over: it hangs)", p.label));
+                }
+                kill_all(procs);
+                stuck = true;
+            }
         }
         if let Some((_, deadline)) = first_failure {
             if !killed && Instant::now() >= deadline {
@@ -188,6 +236,7 @@ fn supervise(procs: &mut [Proc], interrupted: &AtomicBool, spec: &JobSpec) -> u8
 fn kill_all(procs: &mut [Proc]) {
     for p in procs.iter_mut().filter(|p| p.status.is_none()) {
         let _ = p.child.kill();
+        p.killed = true;
     }
 }
 
@@ -213,5 +262,89 @@ fn watch_signals(flag: Arc<AtomicBool>) {
     });
     if let Err(e) = spawned {
         eprintln!("[launch] warning: cannot watch for Ctrl-C: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::launch::JobSpec;
+
+    /// `sh -c script` as process `label`.
+    fn sh(label: &str, role: Part, script: &str) -> Planned {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", script]);
+        Planned { label: label.into(), role, cmd, stdin: None, place: String::new() }
+    }
+
+    /// Runs `plan` with a 1 s grace period; returns the status, the launcher's notes and how
+    /// long it took.
+    fn run(plan: Vec<Planned>) -> (u8, Vec<String>, Duration) {
+        let notes = Arc::new(Mutex::new(Vec::new()));
+        let sink_notes = Arc::clone(&notes);
+        let spec = JobSpec {
+            workers: 1,
+            servers: 1,
+            command: vec!["sh".into()],
+            grace: Duration::from_secs(1),
+            sink: Arc::new(|_: &str, _: bool, _: &[u8]| {}),
+            notes: Arc::new(move |n: &str| sink_notes.lock().unwrap().push(n.to_owned())),
+        };
+        let started = Instant::now();
+        let code = run_plan(plan, &spec);
+        let notes = notes.lock().unwrap().clone();
+        (code, notes, started.elapsed())
+    }
+
+    #[test]
+    fn a_clean_job_exits_zero_without_killing_anyone() {
+        let (code, notes, _) = run(vec![
+            sh("scheduler", Part::Scheduler, "sleep 0.3"),
+            sh("server 0", Part::Server, "sleep 0.3"),
+            sh("worker 0", Part::Worker, "sleep 0.1"),
+        ]);
+        assert_eq!(code, 0, "{notes:?}");
+        assert!(!notes.iter().any(|n| n.contains("killing")), "{notes:?}");
+    }
+
+    #[test]
+    fn a_process_left_running_after_the_scheduler_exited_is_killed_and_named() {
+        let (code, notes, took) = run(vec![
+            sh("scheduler", Part::Scheduler, "exit 0"),
+            sh("server 0", Part::Server, "exec sleep 60"),
+            sh("worker 0", Part::Worker, "sleep 0.5"),
+        ]);
+        assert_eq!(code, 1, "{notes:?}");
+        assert!(notes.iter().any(|n| n.contains("the scheduler exited: the job is over")), "{notes:?}");
+        assert!(notes.iter().any(|n| n.starts_with("killing server 0")), "{notes:?}");
+        assert!(took < Duration::from_secs(20), "{took:?}");
+    }
+
+    #[test]
+    fn a_scheduler_and_server_left_running_after_every_worker_exited_are_killed_and_named() {
+        let (code, notes, took) = run(vec![
+            sh("scheduler", Part::Scheduler, "exec sleep 60"),
+            sh("server 0", Part::Server, "exec sleep 60"),
+            sh("worker 0", Part::Worker, "exit 0"),
+        ]);
+        assert_eq!(code, 1, "{notes:?}");
+        assert!(notes.iter().any(|n| n.contains("every worker exited")), "{notes:?}");
+        assert!(
+            notes.iter().any(|n| n.starts_with("killing scheduler")) && notes.iter().any(|n| n.starts_with("killing server 0")),
+            "{notes:?}"
+        );
+        assert!(took < Duration::from_secs(20), "{took:?}");
+    }
+
+    #[test]
+    fn a_failure_still_wins_over_the_end_of_the_job() {
+        let (code, notes, _) = run(vec![
+            sh("scheduler", Part::Scheduler, "exec sleep 60"),
+            sh("server 0", Part::Server, "exec sleep 60"),
+            sh("worker 0", Part::Worker, "exit 3"),
+        ]);
+        assert_eq!(code, 3, "{notes:?}");
     }
 }
