@@ -112,16 +112,18 @@
 //! | `Pull`                  | keys; bytes expected per key         | none                                 | —    |
 //! | `Pull` + `ROW_SPARSE`   | keys; bytes of the ids               | the requested ids (`i64`)            | —    |
 //! | `Reply` to `Push`/init  | none                                 | none                                 | —    |
-//! | `Reply` to a pull       | the request's keys, in order         | as the request's values              | —    |
-//! | `Error`                 | —                                    | —                                    | why; names the key |
+//! | `Reply` to a pull       | the request's keys (and offsets), in order | as the request's values        | —    |
+//! | `Error`                 | the key part it is about, if any     | —                                    | why; names the key; head = [`ErrorCode`] |
+//! | `Notice`                | —                                    | —                                    | what to log (a straggler report) |
 //!
 //! # Server commands (`ServerCommand`, `head` = id, body in chunk 0)
 //! | id | [`ServerCmd`](crate::ps::ServerCmd) | body                        | reply                         |
 //! |---:|--------------------------|-----------------------------|-------------------------------|
 //! | 0  | `SetOptimizer`           | the optimizer's JSON        | empty; same optimizer again keeps the states |
 //! | 3  | `SyncMode`               | `sync` or `async`           | empty                         |
-//! | 6  | `GetOptimizerStates`     | empty                       | chunk 0 = the server's states (`optimizer::format`) |
-//! | 7  | `SetOptimizerStates`     | states (`optimizer::format`) | empty                        |
+//! | 6  | `GetOptimizerStates`     | JSON `{"after": key or null}` | chunk 0 = a page of states (`optimizer::format`); text = JSON `{"next": key or null}` |
+//! | 7  | `SetOptimizerStates`     | a page of states (`optimizer::format`); text `replace` or `merge` | empty |
+//! | 8  | `Stats`                  | empty                       | chunk 0 = JSON statistics (memory, entries, held bytes) |
 
 mod code;
 mod control;

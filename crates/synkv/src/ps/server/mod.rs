@@ -9,7 +9,7 @@
 //!
 //! ## Organization
 //! - `core.rs` — the state machine: requests, rounds, commands, straggler reports.
-//! - `entry.rs` — one key part ([`EntryKey`](entry::EntryKey)): value, accumulator, updates.
+//! - `entry.rs` — one key part (its `EntryKey`: ps key and offset): value, accumulator, updates.
 //! - `round.rs` — a sync round and the round-id rules (duplicates refused).
 //! - `value.rs` — data messages as per-key items; `states.rs` — optimizer states in pages,
 //!   statistics; `error.rs` — typed refusals; `conn.rs` — one worker connection.
