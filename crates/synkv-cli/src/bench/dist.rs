@@ -10,6 +10,9 @@
 //!
 //! `--push-only` times pushes alone (each waited for), the part compression shrinks.
 //!
+//! `--report-rss` adds each server's peak resident memory (since it started; run one case per
+//! job to measure that case) and the key's size to the records.
+//!
 //! `--compression 2bit|1bit` runs every case twice in the same job: first uncompressed, then
 //! (after `set_gradient_compression`, on fresh keys) with compressed pushes, and prints the
 //! ratio compressed / uncompressed per case. Pushes of `r+1` are above the threshold, so each
@@ -66,6 +69,10 @@ pub(crate) struct DistArgs {
     /// at the end checks the values.
     #[arg(long)]
     push_only: bool,
+    /// Add each server's peak resident memory (MiB, since it started) and the key's size to
+    /// every record (`server_peak_rss_mb`, `key_mb`).
+    #[arg(long)]
+    report_rss: bool,
 }
 
 #[derive(Serialize)]
@@ -87,6 +94,10 @@ struct Record<'a> {
     min_ms: f64,
     max_ms: f64,
     gbps: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    server_peak_rss_mb: Option<Vec<Option<f64>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key_mb: Option<f64>,
 }
 
 pub(crate) fn run(args: &DistArgs) -> Result<()> {
@@ -186,6 +197,13 @@ fn case(
         }
     }
     verify(args, &outs, workers, updater, compression)?;
+    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+    let rss = if args.report_rss {
+        kv.barrier()?;
+        Some(kv.server_stats()?.iter().map(|s| s.peak_rss_bytes.map(mib)).collect::<Vec<_>>())
+    } else {
+        None
+    };
     let stats = Stats::of(&samples);
     let bytes = (nkeys * size * 4 * if args.push_only { 1 } else { 2 }) as f64;
     let gbps = bytes / (stats.median_ms / 1e3) / 1e9;
@@ -213,6 +231,8 @@ fn case(
             min_ms: stats.min_ms,
             max_ms: stats.max_ms,
             gbps,
+            key_mb: rss.as_ref().map(|_| (size * 4) as f64 / f64::from(1u32 << 20)),
+            server_peak_rss_mb: rss,
         };
         println!("{}", serde_json::to_string(&rec)?);
     } else {
@@ -220,6 +240,10 @@ fn case(
             "{case} (rank {rank}, {} iters): median {:.3} ms, min {:.3} ms, max {:.3} ms, {:.2} GB/s",
             args.iters, stats.median_ms, stats.min_ms, stats.max_ms, gbps
         );
+        if let Some(rss) = &rss {
+            let each: Vec<String> = rss.iter().map(|r| r.map_or_else(|| "n/a".to_owned(), |m| format!("{m:.1} MiB"))).collect();
+            println!("server peak RSS (key of {:.1} MiB): {}", (size * 4) as f64 / f64::from(1u32 << 20), each.join(", "));
+        }
     }
     Ok(stats.median_ms)
 }
