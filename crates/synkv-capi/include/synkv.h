@@ -476,8 +476,19 @@ int synkv_kv_load_optimizer_states(SynkvKV *kv, const char *path);
 // `type_name` is a NUL-terminated string; `out` is writable.
 int synkv_kv_create(const char *type_name, SynkvKV **out);
 
-// Frees a store (NULL is a no-op). Returns once no updater callback of this store can run any
-// more, so `user_data` may be released afterwards.
+// Closes a store: waits for its pending operations and, on a dist store, leaves the cluster —
+// tells the scheduler this worker is done and waits until every worker is (however long;
+// only a dead node ends the wait early, with an error). The handle stays valid but refuses
+// further distributed operations; free it with `synkv_kv_free`. Closing twice is a no-op.
+//
+// # Safety
+// `kv` is a live store handle.
+int synkv_kv_close(const SynkvKV *kv);
+
+// Frees a store (NULL is a no-op), closing it first (`synkv_kv_close`). Returns once no
+// updater callback of this store can run any more, so `user_data` may be released afterwards.
+// The handle is freed even when closing fails; the status then says why (a dist worker that
+// could not leave the cluster cleanly should exit with a failure).
 //
 // # Safety
 // `kv` is NULL or a live store handle that is not used after this call.

@@ -1,5 +1,5 @@
-//! [`SynkvKV`]: the store handle, and the store functions that take no key list: create, free,
-//! type, rank, num_workers, barrier, wait_all, set_updater, clear_updater.
+//! [`SynkvKV`]: the store handle, and the store functions that take no key list: create, close,
+//! free, type, rank, num_workers, barrier, wait_all, set_updater, clear_updater.
 //!
 //! The keyed operations (init, push, pull, …) are in `ops.rs`.
 
@@ -71,6 +71,13 @@ pub(crate) unsafe fn store<'a>(kv: *const SynkvKV) -> CResult<&'a SynkvKV> {
 /// `type_name` is a NUL-terminated string; `out` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn synkv_kv_create(type_name: *const c_char, out: *mut *mut SynkvKV) -> c_int {
+    static LOG: std::sync::Once = std::sync::Once::new();
+    // The core's log (a dist worker's lost nodes, a straggler report) goes to stderr at
+    // `SYNKV_LOG`'s level (default `warn`), unless the process has a logger already.
+    LOG.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_env("SYNKV_LOG").unwrap_or_else(|_| "warn".into());
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).try_init();
+    });
     guard(|| {
         // SAFETY: NUL-terminated by contract.
         let name = unsafe { ptr::str(type_name, "type") }?;
@@ -82,8 +89,27 @@ pub unsafe extern "C" fn synkv_kv_create(type_name: *const c_char, out: *mut *mu
     })
 }
 
-/// Frees a store (NULL is a no-op). Returns once no updater callback of this store can run any
-/// more, so `user_data` may be released afterwards.
+/// Closes a store: waits for its pending operations and, on a dist store, leaves the cluster —
+/// tells the scheduler this worker is done and waits until every worker is (however long;
+/// only a dead node ends the wait early, with an error). The handle stays valid but refuses
+/// further distributed operations; free it with `synkv_kv_free`. Closing twice is a no-op.
+///
+/// # Safety
+/// `kv` is a live store handle.
+#[no_mangle]
+pub unsafe extern "C" fn synkv_kv_close(kv: *const SynkvKV) -> c_int {
+    guard(|| {
+        // SAFETY: a live handle by contract.
+        let s = unsafe { store(kv) }?;
+        s.kv.close()?;
+        Ok(())
+    })
+}
+
+/// Frees a store (NULL is a no-op), closing it first (`synkv_kv_close`). Returns once no
+/// updater callback of this store can run any more, so `user_data` may be released afterwards.
+/// The handle is freed even when closing fails; the status then says why (a dist worker that
+/// could not leave the cluster cleanly should exit with a failure).
 ///
 /// # Safety
 /// `kv` is NULL or a live store handle that is not used after this call.
@@ -95,6 +121,7 @@ pub unsafe extern "C" fn synkv_kv_free(kv: *mut SynkvKV) -> c_int {
         }
         // SAFETY: a live handle made by `Box::into_raw`, given up by the caller.
         let handle = unsafe { Box::from_raw(kv) };
+        let closed = handle.kv.close();
         let installed = std::mem::take(&mut *handle.installed.lock().unwrap_or_else(PoisonError::into_inner));
         drop(handle);
         // Pending pushes hold the updater closures (and through them the callbacks); they
@@ -102,6 +129,7 @@ pub unsafe extern "C" fn synkv_kv_free(kv: *mut SynkvKV) -> c_int {
         while installed.iter().any(|w| w.strong_count() > 0) {
             std::thread::sleep(Duration::from_micros(200));
         }
+        closed?;
         Ok(())
     })
 }

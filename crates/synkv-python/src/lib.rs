@@ -45,10 +45,18 @@ fn _drain(py: Python<'_>) -> Vec<String> {
     updater::close(py)
 }
 
+/// Sends the core's log (a dist worker's lost nodes, a straggler report from a server) to
+/// stderr, at `SYNKV_LOG`'s level (default `warn`), unless the process has a logger already.
+fn log_to_stderr() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SYNKV_LOG").unwrap_or_else(|_| "warn".into());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).try_init();
+}
+
 /// The native part of the `synkv` package.
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    log_to_stderr();
     m.add_class::<store::PyKVStore>()?;
     m.add_class::<request::PyRequest>()?;
     m.add_function(wrap_pyfunction!(store::create, m)?)?;

@@ -9,6 +9,7 @@ use warnings;
 
 use Carp qw(croak);
 use JSON::PP ();
+use Scalar::Util ();
 
 use SynKV::FFI;
 use SynKV::NDArray;
@@ -47,17 +48,58 @@ under C<synkv launch>, as F<t/dist.t> does).
 
 =cut
 
+# Every store alive (weak references), so that END can close them: a dist worker must tell the
+# cluster it is done, and a failure then must not pass silently.
+my %LIVE;
+my $CLOSE_FAILED = 0;
+
 sub create {
     my ($class, $name) = @_;
     my $h;
     _call('kv_create', $name // 'local', \$h);
-    return bless { handle => $h }, $class;
+    my $self = bless { handle => $h }, $class;
+    $LIVE{"$self"} = $self;
+    Scalar::Util::weaken($LIVE{"$self"});
+    return $self;
+}
+
+=item $kv->close
+
+Waits for the store's operations and, on a dist store, leaves the cluster: tells the scheduler
+this worker is done and waits until every worker is (however long; a dead node ends the wait
+with an error). Called at exit for the stores still alive; a failure there makes the script
+exit with status 1.
+
+=cut
+
+sub close {
+    my ($self) = @_;
+    _call('kv_close', $self->{handle}) if $self->{handle};
+    return;
 }
 
 sub DESTROY {
     my ($self) = @_;
-    SynKV::FFI::synkv_kv_free($self->{handle}) if $self->{handle};
+    delete $LIVE{"$self"};
+    return unless $self->{handle};
+    if (SynKV::FFI::synkv_kv_free($self->{handle}) != SynKV::FFI::OK) {
+        my $msg = SynKV::FFI::synkv_get_last_error() // '';
+        warn "SynKV: closing the store failed: $msg\n";
+        $CLOSE_FAILED = 1;
+    }
     delete $self->{handle};
+}
+
+END {
+    for my $kv (grep { defined } values %LIVE) {
+        next unless $kv->{handle};
+        if (SynKV::FFI::synkv_kv_close($kv->{handle}) != SynKV::FFI::OK) {
+            my $msg = SynKV::FFI::synkv_get_last_error() // '';
+            warn "SynKV: error at exit: closing the store failed: $msg\n";
+            $CLOSE_FAILED = 1;
+        }
+    }
+    $? = 1 if $CLOSE_FAILED && $? == 0;
 }
 
 # Keys that look like 32-bit integers are int keys; other keys are str keys.

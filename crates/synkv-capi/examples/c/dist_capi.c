@@ -170,7 +170,9 @@ int main(int argc, char **argv) {
     rounds(kv, "sgd", phase[2], 1, 2, sgd, n);
     OK(synkv_kv_barrier(kv));
 
-    /* Closes the store: waits until every worker is done, then the servers exit. */
+    /* Closes the store: waits until every worker is done, then the servers exit. A failure to
+     * leave the cluster cleanly is an error status (then exit non-zero). */
+    OK(synkv_kv_close(kv));
     OK(synkv_kv_free(kv));
     if (failed == 0) printf("dist_capi %s ok (rank %d of %d workers)\n", argv[1], rank, n);
     printf("%d passed, %d failed\n", passed, failed);

@@ -51,6 +51,9 @@ def test_a_worker_sleeping_three_times_the_timeout_between_sync_pushes_is_waited
     reports = [l for l in out.splitlines() if l.startswith("[server 0]") and "straggler:" in l]
     assert 1 <= len(reports) <= 2, out[-3000:]
     assert "for worker rank 1 (of 2 workers)" in reports[0], reports
+    # The waiting Python worker logs the report too (the package logs to stderr).
+    heard = [l for l in out.splitlines() if l.startswith("[worker 0]") and "reports: straggler:" in l]
+    assert len(heard) == len(reports), out[-3000:]
 
 
 def test_a_close_that_fails_at_interpreter_exit_is_a_nonzero_exit():

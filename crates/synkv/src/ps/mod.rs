@@ -44,7 +44,7 @@ pub use node::{Group, Node, NodeId, ParseRoleError, Rank, Role, UnknownRole};
 pub use scheduler::Scheduler;
 pub use server::{Server, ServerCmd};
 pub use transport::{Connection, Listener, MemTransport, TcpTransport, Transport};
-pub use worker::{Client, Worker};
+pub use worker::{wait_each, Client, Worker};
 
 /// A `Result` whose error is [`ps::Error`](Error).
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -64,6 +64,7 @@ my %functions = (
     synkv_array_row_sparse_read   => [['opaque', 'opaque', 'uint64', 'opaque', 'uint64'] => 'sint32'],
     synkv_kv_create               => [['string', 'opaque*'] => 'sint32'],
     synkv_kv_free                 => [['opaque'] => 'sint32'],
+    synkv_kv_close                => [['opaque'] => 'sint32'],
     synkv_kv_type                 => [['opaque', 'opaque*'] => 'sint32'],
     synkv_kv_rank                 => [['opaque', 'sint32*'] => 'sint32'],
     synkv_kv_num_workers          => [['opaque', 'sint32*'] => 'sint32'],

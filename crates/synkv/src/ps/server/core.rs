@@ -352,7 +352,7 @@ impl Core {
         entry.round.accumulated = true;
         if let Err(e) = entry.fold(parts, first) {
             // Every waiting request of this round learns it when the round completes.
-            tracing::error!("{e}");
+            entry.round.failed.get_or_insert(e.at(key));
         }
     }
 
@@ -373,13 +373,14 @@ impl Core {
             let accumulated = std::mem::take(&mut round.accumulated);
             let rows = std::mem::take(&mut round.rows);
             let waiting = std::mem::take(&mut round.waiting);
+            let failed = round.failed.take();
             round.contributors.clear();
             round.started = None;
             round.id += 1;
-            let result = if entry.is_rows() {
-                entry.finish_rows(rows, self.updater.as_mut())
-            } else {
-                entry.finish_dense(held, accumulated, self.updater.as_mut())
+            let result = match failed {
+                Some(e) => Err(e),
+                None if entry.is_rows() => entry.finish_rows(rows, self.updater.as_mut()),
+                None => entry.finish_dense(held, accumulated, self.updater.as_mut()),
             }
             .map_err(|e| e.at(key));
             let wants_value = waiting.iter().any(|(r, _)| self.pending.get(r).is_some_and(|p| p.pull_back));

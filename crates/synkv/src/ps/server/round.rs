@@ -66,6 +66,8 @@ pub(super) struct Round {
     pub(super) next: Vec<Contribution>,
     /// When the first push of this round arrived.
     pub(super) started: Option<Instant>,
+    /// A push that could not be folded: the round fails with it when it completes.
+    pub(super) failed: Option<ServerError>,
 }
 
 impl Round {

@@ -34,6 +34,9 @@ pub(crate) const LOOKAHEAD: usize = 8 * 1024;
 /// Frames at least this large leave their allocation for reuse by a later large frame, once
 /// the caller dropped them.
 const RECYCLE_MIN: usize = 1 << 20;
+/// Large frames' allocations kept for reuse (a value cut into parts arrives as a few frames
+/// that are all alive at once).
+const RECYCLE_POOL: usize = 4;
 
 /// A budget of bytes in received frames not yet released by their consumer, shared by the
 /// readers of one process (a server's connections). Cheap to clone.
@@ -44,6 +47,11 @@ pub struct Ingress {
 }
 
 impl Ingress {
+    /// Whether a frame of `len` bytes is admitted whole (not larger than the budget).
+    fn admits_whole(&self, len: usize) -> bool {
+        u64::try_from(len).is_ok_and(|l| l <= u64::from(self.bytes))
+    }
+
     /// A budget of `bytes` (at most `u32::MAX`; at least 64 KiB).
     pub fn new(bytes: u64) -> Ingress {
         let bytes = u32::try_from(bytes).unwrap_or(u32::MAX).max(64 << 10);
@@ -80,9 +88,9 @@ pub struct FrameReader {
     buffer: BytesMut,
     limits: Limits,
     peer: Arc<str>,
-    /// The last large frame (a cheap handle); its allocation is reused when we hold the only
+    /// The last large frames (cheap handles); an allocation is reused when we hold the only
     /// handle left.
-    recycle: Option<Bytes>,
+    recycle: Vec<Bytes>,
     /// The current frame's admission, once obtained (kept across cancelled reads).
     admitted: Option<Admission>,
     /// Longest a peer may pause in the middle of a frame (`None`: unbounded).
@@ -97,7 +105,7 @@ impl fmt::Debug for FrameReader {
 
 impl FrameReader {
     pub(super) fn new(io: Box<dyn AsyncRead + Send + Unpin>, peer: Arc<str>, limits: Limits) -> FrameReader {
-        FrameReader { io, buffer: BytesMut::with_capacity(LOOKAHEAD), limits, peer, recycle: None, admitted: None, stall: None }
+        FrameReader { io, buffer: BytesMut::with_capacity(LOOKAHEAD), limits, peer, recycle: Vec::new(), admitted: None, stall: None }
     }
 
     /// The peer's name.
@@ -156,8 +164,11 @@ impl FrameReader {
             if let (Some(ingress), Some(len), None) = (ingress, frame_len, &self.admitted) {
                 self.admitted = Some(ingress.admit(len).await?);
             }
+            // A frame the ingress budget admitted whole may be reserved whole: the budget
+            // already accounts for it.
+            let whole = matches!((ingress, frame_len), (Some(i), Some(len)) if i.admits_whole(len));
             let want = frame_len.unwrap_or(HEADER_LEN);
-            self.make_room(want);
+            self.make_room(want, whole);
             let limit = want.saturating_sub(self.buffer.len()).saturating_add(LOOKAHEAD);
             let limit = limit.min(self.buffer.capacity() - self.buffer.len()).max(1);
             let stall = self.stall.filter(|_| !self.buffer.is_empty());
@@ -199,45 +210,66 @@ impl FrameReader {
             // Let go of the allocation's tail (copying the few bytes of the next frame read so
             // far), so the whole allocation can be reused once the caller drops the frame.
             self.buffer = BytesMut::from(&self.buffer[..]);
-            self.recycle = Some(frame.clone());
+            if self.recycle.len() == RECYCLE_POOL {
+                self.recycle.remove(0);
+            }
+            self.recycle.push(frame.clone());
         }
         parse(frame, &self.limits).map(Some).map_err(protocol)
     }
 
-    /// Makes room for the next read of a frame of `want` bytes: the last large frame's
-    /// allocation if it is free and big enough, else growth by at most the bytes buffered
-    /// (and never past the frame plus [`LOOKAHEAD`]).
-    fn make_room(&mut self, want: usize) {
+    /// Makes room for the next read of a frame of `want` bytes: a free allocation of an
+    /// earlier large frame if one is big enough, else the whole frame if it was admitted
+    /// whole, else growth by at most the bytes buffered (never past the frame plus
+    /// [`LOOKAHEAD`]).
+    fn make_room(&mut self, want: usize, whole: bool) {
         let have = self.buffer.len();
-        if self.buffer.capacity() - have >= LOOKAHEAD.min(want.saturating_sub(have)).max(1) {
+        let need = want.saturating_sub(have);
+        let spare = self.buffer.capacity() - have;
+        if spare >= need.max(1) {
             return;
         }
         if want >= RECYCLE_MIN && self.reuse_recycled(want + LOOKAHEAD) {
             return;
         }
-        let step = want.saturating_sub(have).saturating_add(LOOKAHEAD).min(have.max(LOOKAHEAD));
+        if whole {
+            self.buffer.reserve(need + LOOKAHEAD);
+            return;
+        }
+        if spare >= need.clamp(1, LOOKAHEAD) {
+            return;
+        }
+        let step = need.saturating_add(LOOKAHEAD).min(have.max(LOOKAHEAD));
         self.buffer.reserve(step);
     }
 
-    /// Moves the buffered bytes into the last large frame's allocation if nobody else holds
-    /// that frame any more and it can take `total` bytes.
+    /// Moves the buffered bytes into the allocation of an earlier large frame that nobody
+    /// holds any more and that can take `total` bytes.
     fn reuse_recycled(&mut self, total: usize) -> bool {
-        if !self.recycle.as_ref().is_some_and(Bytes::is_unique) {
-            return false;
-        }
-        let Some(old) = self.recycle.take() else { return false };
-        match old.try_into_mut() {
-            Ok(mut spare) if spare.capacity() >= total => {
-                spare.clear();
-                spare.extend_from_slice(&self.buffer);
-                self.buffer = spare;
-                true
+        let mut i = 0;
+        while i < self.recycle.len() {
+            if !self.recycle[i].is_unique() {
+                i += 1;
+                continue;
             }
-            Ok(spare) => {
-                self.recycle = Some(spare.freeze());
-                false
+            let old = self.recycle.remove(i);
+            match old.try_into_mut() {
+                Ok(mut spare) if spare.capacity() >= total => {
+                    spare.clear();
+                    spare.extend_from_slice(&self.buffer);
+                    self.buffer = spare;
+                    return true;
+                }
+                Ok(spare) => {
+                    self.recycle.insert(i, spare.freeze());
+                    i += 1;
+                }
+                Err(old) => {
+                    self.recycle.insert(i, old);
+                    i += 1;
+                }
             }
-            Err(_) => false,
         }
+        false
     }
 }

@@ -26,10 +26,10 @@ use tokio_util::task::TaskTracker;
 
 use crate::ps::node::{Node, NodeId, Role};
 use crate::ps::proto::{Command, Flags, Message};
-use crate::ps::transport::{drain, Drained, FrameReader, Outbox, Transport};
+use crate::ps::transport::{drain, Admission, Drained, FrameReader, Ingress, Outbox, Transport};
 use crate::ps::{auth, Config, Error, Result};
 
-type Reply = oneshot::Sender<Result<Message>>;
+type Reply = oneshot::Sender<Result<(Message, Admission)>>;
 
 /// Why requests fail from now on; cloneable, unlike [`Error`].
 #[derive(Clone, Debug)]
@@ -66,6 +66,8 @@ struct Pending {
 struct Inner {
     me: NodeId,
     servers: Vec<(Node, Outbox)>,
+    /// The bytes of received, unconsumed replies, over every server connection.
+    ingress: Ingress,
     pending: Mutex<Pending>,
     next_id: AtomicU64,
     stop: CancellationToken,
@@ -87,7 +89,7 @@ impl std::fmt::Debug for Client {
 /// A request sent and not yet answered.
 #[derive(Debug)]
 pub struct Waiter {
-    rx: oneshot::Receiver<Result<Message>>,
+    rx: oneshot::Receiver<Result<(Message, Admission)>>,
     server: u32,
     client: Client,
 }
@@ -119,7 +121,7 @@ impl Inner {
     }
 
     /// Hands a reply (or an error) to the request waiting for `id`.
-    fn answer(&self, id: u64, result: Result<Message>) -> bool {
+    fn answer(&self, id: u64, result: Result<(Message, Admission)>) -> bool {
         let waiter = self.lock().waiting.remove(&id);
         match waiter {
             Some((_, reply)) => {
@@ -159,6 +161,7 @@ impl Client {
         let inner = Arc::new(Inner {
             me,
             servers: links,
+            ingress: Ingress::new(config.window_bytes()),
             pending: Mutex::new(Pending::default()),
             next_id: AtomicU64::new(1),
             stop: stop.clone(),
@@ -241,11 +244,36 @@ impl Client {
         for (server, msg) in msgs {
             waiters.push(self.start(server, msg)?);
         }
-        let mut out = Vec::with_capacity(waiters.len());
-        for w in waiters {
-            out.push(w.wait().await?);
+        let mut out: Vec<Option<Message>> = vec![None; waiters.len()];
+        let mut first_error = None;
+        wait_each(waiters, |i, reply| match reply {
+            Ok((msg, _)) => out[i] = Some(msg),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        })
+        .await;
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(out.into_iter().flatten().collect()),
         }
-        Ok(out)
+    }
+}
+
+/// Waits for every waiter, handing each reply to `on_reply(index, reply)` as soon as it
+/// arrives — in arrival order, not request order — with its share of the replies' ingress
+/// budget, which returns when dropped. Consuming replies as they come is what keeps the
+/// budget from deadlocking: a reply that arrived is never held while a later one is awaited.
+pub async fn wait_each(waiters: Vec<Waiter>, mut on_reply: impl FnMut(usize, Result<(Message, Admission)>)) {
+    let mut set = tokio::task::JoinSet::new();
+    for (i, w) in waiters.into_iter().enumerate() {
+        set.spawn(async move { (i, w.wait_admitted().await) });
+    }
+    while let Some(joined) = set.join_next().await {
+        match joined {
+            Ok((i, reply)) => on_reply(i, reply),
+            Err(e) => tracing::error!("a reply waiter stopped: {e}"),
+        }
     }
 }
 
@@ -253,9 +281,15 @@ impl Waiter {
     /// Waits for the reply, as long as the server and the cluster are alive. An `Error` reply
     /// becomes [`Error::Refused`].
     pub async fn wait(self) -> Result<Message> {
+        self.wait_admitted().await.map(|(msg, _)| msg)
+    }
+
+    /// [`wait`](Waiter::wait), with the reply's share of the ingress budget: keep it while
+    /// the reply's bytes are in use (they count against the budget until it is dropped).
+    pub async fn wait_admitted(self) -> Result<(Message, Admission)> {
         let Waiter { rx, server, client } = self;
         match rx.await {
-            Ok(Ok(msg)) if msg.command == Command::Error => {
+            Ok(Ok((msg, _))) if msg.command == Command::Error => {
                 let key = msg.meta.keys.first().map(|k| (*k, msg.meta.offsets.first().copied().unwrap_or(0)));
                 match client.server(server).cloned() {
                     Some(node) => Err(Error::Refused { node, code: msg.error_code(), message: msg.meta.text, key }),
@@ -271,27 +305,27 @@ impl Waiter {
 async fn read_loop(mut reader: FrameReader, inner: Arc<Inner>, server: u32) {
     let reason = loop {
         let read = tokio::select! {
-            r = reader.read_message() => r,
+            r = reader.read_admitted(&inner.ingress) => r,
             () = inner.stop.cancelled() => return,
         };
         match read {
-            Ok(Some(msg)) if matches!(msg.command, Command::Reply | Command::Error) => {
+            Ok(Some((msg, admission))) if matches!(msg.command, Command::Reply | Command::Error) => {
                 let (id, is_error) = (msg.request_id, msg.command == Command::Error);
                 let text = is_error.then(|| msg.meta.text.clone());
-                if !inner.answer(id, Ok(msg)) {
+                if !inner.answer(id, Ok((msg, admission))) {
                     match text {
                         Some(text) => tracing::warn!("{} reported: {text}", reader.peer()),
                         None => tracing::debug!("late reply {id} from {} dropped", reader.peer()),
                     }
                 }
             }
-            Ok(Some(msg)) if msg.command == Command::Notice => tracing::warn!("{} reports: {}", reader.peer(), msg.meta.text),
-            Ok(Some(msg)) if msg.command == Command::NodeDead => match msg.single_node() {
+            Ok(Some((msg, _))) if msg.command == Command::Notice => tracing::warn!("{} reports: {}", reader.peer(), msg.meta.text),
+            Ok(Some((msg, _))) if msg.command == Command::NodeDead => match msg.single_node() {
                 // The server stops because a node died: fail everything with the real cause.
                 Ok(node) => inner.fail(None, Fail::Lost { node: node.clone(), reason: msg.meta.text.clone() }),
                 Err(e) => tracing::warn!("malformed NodeDead from {}: {e}", reader.peer()),
             },
-            Ok(Some(msg)) => tracing::warn!("ignoring unexpected {:?} from {}", msg.command, reader.peer()),
+            Ok(Some((msg, _))) => tracing::warn!("ignoring unexpected {:?} from {}", msg.command, reader.peer()),
             Ok(None) => break "connection closed".to_owned(),
             Err(e) => break format!("connection failed: {e}"),
         }

@@ -13,7 +13,7 @@ mod client;
 
 use tokio_util::sync::CancellationToken;
 
-pub use self::client::{Client, Waiter};
+pub use self::client::{wait_each, Client, Waiter};
 use super::node::{Group, Rank, Role};
 use super::transport::Transport;
 use super::{Cluster, Config, Result};

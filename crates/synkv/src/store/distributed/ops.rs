@@ -23,7 +23,7 @@ use super::keys::KeyInfo;
 use super::reply::{prepare_row_outputs, refusal, write_back};
 use crate::compression::GradientCompression;
 use crate::engine::{Completion, Engine, Priority, Var};
-use crate::ps::Client;
+use crate::ps::{wait_each, Client};
 use crate::NDArray;
 
 /// Small keys of one call are packed into one operation up to this many elements.
@@ -118,40 +118,41 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
         rt.spawn(async move {
             let mut first_error = None;
             let mut waiters = Vec::with_capacity(msgs.len());
-            for (server, msg) in msgs {
+            let mut sent = Vec::with_capacity(msgs.len());
+            for (m, (server, msg)) in msgs.into_iter().enumerate() {
                 match client.start(server, msg) {
-                    Ok(w) => waiters.push(Some(w)),
+                    Ok(w) => {
+                        waiters.push(w);
+                        sent.push(m);
+                    }
                     Err(e) => {
-                        first_error.get_or_insert(e);
-                        waiters.push(None);
+                        first_error.get_or_insert(crate::Error::from(e));
                     }
                 }
             }
-            let mut replies = Vec::with_capacity(waiters.len());
-            for (w, place) in waiters.into_iter().zip(&places) {
-                let Some(w) = w else { continue };
-                match w.wait().await {
-                    Ok(reply) => {
+            // Each answer is used as soon as it arrives (its part of the outputs written, its
+            // round counted) and dropped: answers never wait behind one not yet in.
+            wait_each(waiters, |j, reply| {
+                let place = &places[sent[j]];
+                let outcome = reply.map_err(|e| refusal(e, op, items.iter().map(|it| (it.info.ps, it.info.key.clone())))).and_then(
+                    |(reply, _admission)| {
                         if matches!(kind, Kind::Push | Kind::PushPull) {
                             // The server counted these parts: their next push is the next round.
                             for &(i, part, _) in place {
                                 items[i].info.rounds[part].fetch_add(1, Ordering::AcqRel);
                             }
                         }
-                        replies.push(reply);
-                    }
-                    Err(e) => {
-                        first_error.get_or_insert(e);
-                    }
+                        write_back(kind, &items, std::slice::from_ref(place), std::slice::from_ref(&reply)).map_err(crate::Error::from)
+                    },
+                );
+                if let Err(e) = outcome {
+                    first_error.get_or_insert(e);
                 }
-            }
-            let result = match first_error {
-                Some(e) => Err(refusal(e, op, items.iter().map(|it| (it.info.ps, it.info.key.clone())))),
-                None => write_back(kind, &items, &places, &replies).map_err(crate::Error::from),
-            };
-            match result {
-                Ok(()) => done.done(),
-                Err(e) => done.fail(Box::new(e)),
+            })
+            .await;
+            match first_error {
+                None => done.done(),
+                Some(e) => done.fail(Box::new(e)),
             }
         });
     };
