@@ -110,10 +110,12 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_large_frame_reuses_the_last_large_frames_allocation_once_dropped() {
+    async fn a_large_frame_reuses_an_earlier_large_frames_allocation_once_dropped() {
+        use super::super::reader::Ingress;
         let (a, b) = tokio::io::duplex(1 << 16);
         let mut tx = Connection::new(a, "a", Limits::default());
         let mut rx = Connection::new(b, "b", Limits::default());
+        let ingress = Ingress::new(64 << 20);
         let (go_tx, mut go_rx) = tokio::sync::mpsc::channel::<()>(1);
         let writer = tokio::spawn(async move {
             for _ in 0..3 {
@@ -121,18 +123,20 @@ mod tests {
                 go_rx.recv().await;
             }
         });
-        let first = rx.read_message().await.unwrap().unwrap();
+        let (first, _) = rx.reader.read_admitted(&ingress).await.unwrap().unwrap();
         let start = first.chunks[0].data.as_ptr() as usize;
         let span = 2 * first.chunks[0].data.len();
         drop(first);
+        assert_eq!(ingress.free_pooled(), 1, "the dropped frame's allocation waits in the pool");
         go_tx.send(()).await.unwrap();
-        let second = rx.read_message().await.unwrap().unwrap();
+        let (second, _) = rx.reader.read_admitted(&ingress).await.unwrap().unwrap();
         let at = second.chunks[0].data.as_ptr() as usize;
         assert!(at >= start - 64 && at < start + span, "the second frame lands in the first one's allocation");
+        assert_eq!(ingress.free_pooled(), 0, "taken from the pool (and the second frame is held)");
         assert_eq!(second, big_message(1 << 19));
         go_tx.send(()).await.unwrap();
         // The second frame is still held: the third one is read elsewhere, intact.
-        assert_eq!(rx.read_message().await.unwrap().unwrap(), big_message(1 << 19));
+        assert_eq!(rx.reader.read_admitted(&ingress).await.unwrap().unwrap().0, big_message(1 << 19));
         go_tx.send(()).await.unwrap();
         writer.await.unwrap();
     }

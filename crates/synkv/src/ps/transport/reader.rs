@@ -19,7 +19,7 @@
 //! peer that stops in the middle of a frame for the stall timeout is [`Error::Timeout`].
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -34,16 +34,17 @@ pub(crate) const LOOKAHEAD: usize = 8 * 1024;
 /// Frames at least this large leave their allocation for reuse by a later large frame, once
 /// the caller dropped them.
 const RECYCLE_MIN: usize = 1 << 20;
-/// Large frames' allocations kept for reuse (a value cut into parts arrives as a few frames
-/// that are all alive at once).
-const RECYCLE_POOL: usize = 4;
 
 /// A budget of bytes in received frames not yet released by their consumer, shared by the
-/// readers of one process (a server's connections). Cheap to clone.
+/// readers of one process (a server's connections, or a worker's), and the pool of large
+/// frames' allocations kept for reuse by those readers (a fresh multi-MiB allocation costs a
+/// page fault per page). The pool keeps at most the budget, whatever the number of
+/// readers. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Ingress {
     permits: Arc<Semaphore>,
     bytes: u32,
+    pool: Arc<Mutex<Vec<Bytes>>>,
 }
 
 impl Ingress {
@@ -55,7 +56,51 @@ impl Ingress {
     /// A budget of `bytes` (at most `u32::MAX`; at least 64 KiB).
     pub fn new(bytes: u64) -> Ingress {
         let bytes = u32::try_from(bytes).unwrap_or(u32::MAX).max(64 << 10);
-        Ingress { permits: Arc::new(Semaphore::new(bytes as usize)), bytes }
+        Ingress { permits: Arc::new(Semaphore::new(bytes as usize)), bytes, pool: Arc::default() }
+    }
+
+    fn pool(&self) -> MutexGuard<'_, Vec<Bytes>> {
+        self.pool.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps `frame`'s allocation for reuse once its consumers drop it, dropping the oldest
+    /// kept ones beyond the budget.
+    fn keep(&self, frame: &Bytes) {
+        let mut pool = self.pool();
+        pool.push(frame.clone());
+        let limit = usize::try_from(self.bytes).unwrap_or(usize::MAX);
+        while pool.len() > 1 && pool.iter().map(Bytes::len).sum::<usize>() > limit {
+            pool.remove(0);
+        }
+    }
+
+    /// Allocations in the pool that nobody holds (tests).
+    #[cfg(test)]
+    pub(crate) fn free_pooled(&self) -> usize {
+        self.pool().iter().filter(|b| b.is_unique()).count()
+    }
+
+    /// An allocation of the pool that nobody holds any more and that can take `total` bytes,
+    /// cleared.
+    fn reuse(&self, total: usize) -> Option<BytesMut> {
+        let mut pool = self.pool();
+        let mut i = 0;
+        while i < pool.len() {
+            if !pool[i].is_unique() {
+                i += 1;
+                continue;
+            }
+            match pool.remove(i).try_into_mut() {
+                Ok(mut spare) if spare.capacity() >= total => {
+                    spare.clear();
+                    return Some(spare);
+                }
+                Ok(spare) => pool.insert(i, spare.freeze()),
+                Err(old) => pool.insert(i, old),
+            }
+            i += 1;
+        }
+        None
     }
 
     /// The whole budget in bytes.
@@ -88,9 +133,7 @@ pub struct FrameReader {
     buffer: BytesMut,
     limits: Limits,
     peer: Arc<str>,
-    /// The last large frames (cheap handles); an allocation is reused when we hold the only
-    /// handle left.
-    recycle: Vec<Bytes>,
+
     /// The current frame's admission, once obtained (kept across cancelled reads).
     admitted: Option<Admission>,
     /// Longest a peer may pause in the middle of a frame (`None`: unbounded).
@@ -105,7 +148,7 @@ impl fmt::Debug for FrameReader {
 
 impl FrameReader {
     pub(super) fn new(io: Box<dyn AsyncRead + Send + Unpin>, peer: Arc<str>, limits: Limits) -> FrameReader {
-        FrameReader { io, buffer: BytesMut::with_capacity(LOOKAHEAD), limits, peer, recycle: Vec::new(), admitted: None, stall: None }
+        FrameReader { io, buffer: BytesMut::with_capacity(LOOKAHEAD), limits, peer, admitted: None, stall: None }
     }
 
     /// The peer's name.
@@ -157,7 +200,7 @@ impl FrameReader {
 
     async fn read(&mut self, ingress: Option<&Ingress>) -> Result<Option<(Message, Admission)>> {
         loop {
-            if let Some(msg) = self.parse_buffered()? {
+            if let Some(msg) = self.parse_buffered(ingress)? {
                 return Ok(Some((msg, self.admitted.take().unwrap_or_default())));
             }
             let frame_len = self.frame_len()?;
@@ -168,7 +211,7 @@ impl FrameReader {
             // already accounts for it.
             let whole = matches!((ingress, frame_len), (Some(i), Some(len)) if i.admits_whole(len));
             let want = frame_len.unwrap_or(HEADER_LEN);
-            self.make_room(want, whole);
+            self.make_room(want, whole, ingress);
             let limit = want.saturating_sub(self.buffer.len()).saturating_add(LOOKAHEAD);
             let limit = limit.min(self.buffer.capacity() - self.buffer.len()).max(1);
             let stall = self.stall.filter(|_| !self.buffer.is_empty());
@@ -202,18 +245,15 @@ impl FrameReader {
     }
 
     /// Takes one frame out of the buffer if a whole one is there.
-    fn parse_buffered(&mut self) -> Result<Option<Message>> {
+    fn parse_buffered(&mut self, ingress: Option<&Ingress>) -> Result<Option<Message>> {
         let protocol = |e| Error::protocol(self.peer.to_string(), e);
         let Some(len) = check(&self.buffer, &self.limits).map_err(protocol)? else { return Ok(None) };
         let frame = self.buffer.split_to(len).freeze();
-        if len >= RECYCLE_MIN {
+        if let Some(ingress) = ingress.filter(|_| len >= RECYCLE_MIN) {
             // Let go of the allocation's tail (copying the few bytes of the next frame read so
             // far), so the whole allocation can be reused once the caller drops the frame.
             self.buffer = BytesMut::from(&self.buffer[..]);
-            if self.recycle.len() == RECYCLE_POOL {
-                self.recycle.remove(0);
-            }
-            self.recycle.push(frame.clone());
+            ingress.keep(&frame);
         }
         parse(frame, &self.limits).map(Some).map_err(protocol)
     }
@@ -222,14 +262,16 @@ impl FrameReader {
     /// earlier large frame if one is big enough, else the whole frame if it was admitted
     /// whole, else growth by at most the bytes buffered (never past the frame plus
     /// [`LOOKAHEAD`]).
-    fn make_room(&mut self, want: usize, whole: bool) {
+    fn make_room(&mut self, want: usize, whole: bool, ingress: Option<&Ingress>) {
         let have = self.buffer.len();
         let need = want.saturating_sub(have);
         let spare = self.buffer.capacity() - have;
         if spare >= need.max(1) {
             return;
         }
-        if want >= RECYCLE_MIN && self.reuse_recycled(want + LOOKAHEAD) {
+        if let Some(mut reused) = ingress.filter(|_| want >= RECYCLE_MIN).and_then(|i| i.reuse(want + LOOKAHEAD)) {
+            reused.extend_from_slice(&self.buffer);
+            self.buffer = reused;
             return;
         }
         if whole {
@@ -241,35 +283,5 @@ impl FrameReader {
         }
         let step = need.saturating_add(LOOKAHEAD).min(have.max(LOOKAHEAD));
         self.buffer.reserve(step);
-    }
-
-    /// Moves the buffered bytes into the allocation of an earlier large frame that nobody
-    /// holds any more and that can take `total` bytes.
-    fn reuse_recycled(&mut self, total: usize) -> bool {
-        let mut i = 0;
-        while i < self.recycle.len() {
-            if !self.recycle[i].is_unique() {
-                i += 1;
-                continue;
-            }
-            let old = self.recycle.remove(i);
-            match old.try_into_mut() {
-                Ok(mut spare) if spare.capacity() >= total => {
-                    spare.clear();
-                    spare.extend_from_slice(&self.buffer);
-                    self.buffer = spare;
-                    return true;
-                }
-                Ok(spare) => {
-                    self.recycle.insert(i, spare.freeze());
-                    i += 1;
-                }
-                Err(old) => {
-                    self.recycle.insert(i, old);
-                    i += 1;
-                }
-            }
-        }
-        false
     }
 }
