@@ -242,3 +242,25 @@ fn a_flooding_client_leaves_the_server_memory_bounded() {
     drop(raw);
     finish(job);
 }
+
+/// An answer that would not fit in a frame is refused with a typed error, and the connection
+/// stays up: a pull asking for one 8 KiB key part ten times under 64 KiB frames.
+#[test]
+fn an_answer_too_large_for_a_frame_is_an_error_and_the_connection_stays() {
+    let port = free_port();
+    let job = holding_job(port, 2048, &[("SYNKV_MAX_FRAME_BYTES", "65536")]);
+    let mut raw = worker_connection(port);
+    let mut big = Message::new(Cmd::Pull).with_sender(NodeId::worker(0).unwrap()).with_flags(Flags::REQUEST).with_request_id(1);
+    for _ in 0..10 {
+        big.meta.push_key(4242, 2048 * 4, 0);
+    }
+    send(&mut raw, &big);
+    let refused = raw.next().expect("an answer");
+    assert_eq!((refused.command, refused.request_id, refused.error_code()), (Cmd::Error, 1, ErrorCode::TooLarge), "{}", refused.meta.text);
+    assert!(refused.meta.text.contains("SYNKV_MAX_FRAME_BYTES"), "{}", refused.meta.text);
+    send(&mut raw, &pull(4242, 2048, 2));
+    let ok = raw.next().expect("the connection still answers");
+    assert_eq!((ok.command, ok.request_id), (Cmd::Reply, 2), "{}", ok.meta.text);
+    drop(raw);
+    finish(job);
+}
