@@ -7,27 +7,32 @@ mod dist_util;
 
 use std::time::Duration;
 
-use dist_util::{bounded, join_all, start_scheduler};
-use synkv::ps::{Error, Group, MemTransport, Role};
+use dist_util::{bounded, join_all, start_scheduler, Running};
+use synkv::ps::{Cluster, Error, Group, MemTransport, Role};
 
 /// `SYNKV_TIMEOUT_MS` in these tests.
 const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A formed cluster of one server and two workers (ranks 0 and 1) on `t`, with its scheduler.
+async fn cluster(t: &MemTransport) -> (Running, Cluster, Cluster, Cluster) {
+    let sched = start_scheduler(t, 1, 2, &[("SYNKV_TIMEOUT_MS", "5000")]).await;
+    let mut nodes = join_all(t, &sched.config, &[(Role::Server, None), (Role::Worker, Some(0)), (Role::Worker, Some(1))]).await;
+    let (w1, w0, server) = (nodes.pop().unwrap(), nodes.pop().unwrap(), nodes.pop().unwrap());
+    (sched, server, w0, w1)
+}
 
 #[tokio::test(start_paused = true)]
 async fn a_barrier_waits_for_a_slow_worker_far_beyond_the_timeout() {
     bounded(async {
         let t = MemTransport::default();
-        let sched = start_scheduler(&t, 1, 2, &[("SYNKV_TIMEOUT_MS", "5000")]).await;
-        let mut nodes = join_all(&t, &sched.config, &[(Role::Server, None), (Role::Worker, Some(0)), (Role::Worker, Some(1))]).await;
-        let slow = nodes.pop().unwrap();
-        let fast = nodes.pop().unwrap();
+        let (sched, server, fast, slow) = cluster(&t).await;
         let waiting = tokio::spawn(async move { (fast.barrier(Group::WORKERS).await, fast) });
         tokio::time::sleep(10 * TIMEOUT).await;
         assert!(!waiting.is_finished(), "the barrier waits for the slow worker");
         slow.barrier(Group::WORKERS).await.unwrap();
         let (released, fast) = waiting.await.unwrap();
         released.unwrap();
-        for n in [&nodes[0], &fast, &slow] {
+        for n in [&server, &fast, &slow] {
             n.check().unwrap();
         }
         sched.stop.cancel();
@@ -40,13 +45,8 @@ async fn a_barrier_waits_for_a_slow_worker_far_beyond_the_timeout() {
 async fn a_barrier_ends_when_a_member_dies() {
     bounded(async {
         let t = MemTransport::default();
-        let sched = start_scheduler(&t, 1, 2, &[("SYNKV_TIMEOUT_MS", "5000")]).await;
-        let mut nodes = join_all(&t, &sched.config, &[(Role::Server, None), (Role::Worker, Some(0)), (Role::Worker, Some(1))]).await;
-        let dying = nodes.pop().unwrap();
-        let waiting = tokio::spawn({
-            let w = nodes.pop().unwrap();
-            async move { w.barrier(Group::WORKERS).await }
-        });
+        let (sched, _server, w, dying) = cluster(&t).await;
+        let waiting = tokio::spawn(async move { w.barrier(Group::WORKERS).await });
         tokio::time::sleep(3 * TIMEOUT).await;
         drop(dying); // its connection closes: the scheduler declares it dead
         match waiting.await.unwrap() {
@@ -62,11 +62,7 @@ async fn a_barrier_ends_when_a_member_dies() {
 async fn workers_finishing_far_apart_all_end_cleanly_and_a_finished_worker_counts_at_barriers() {
     bounded(async {
         let t = MemTransport::default();
-        let sched = start_scheduler(&t, 1, 2, &[("SYNKV_TIMEOUT_MS", "5000")]).await;
-        let mut nodes = join_all(&t, &sched.config, &[(Role::Server, None), (Role::Worker, Some(0)), (Role::Worker, Some(1))]).await;
-        let late = nodes.pop().unwrap();
-        let early = nodes.pop().unwrap();
-        let server = nodes.pop().unwrap();
+        let (sched, server, early, late) = cluster(&t).await;
         let mut done = server.done_workers();
         let finishing = tokio::spawn(early.finish());
         done.wait_for(|d| d.contains(&0)).await.unwrap();
@@ -86,11 +82,7 @@ async fn workers_finishing_far_apart_all_end_cleanly_and_a_finished_worker_count
 async fn a_finished_worker_that_left_still_counts_as_done() {
     bounded(async {
         let t = MemTransport::default();
-        let sched = start_scheduler(&t, 1, 2, &[("SYNKV_TIMEOUT_MS", "5000")]).await;
-        let mut nodes = join_all(&t, &sched.config, &[(Role::Server, None), (Role::Worker, Some(0)), (Role::Worker, Some(1))]).await;
-        let late = nodes.pop().unwrap();
-        let early = nodes.pop().unwrap();
-        let server = nodes.pop().unwrap();
+        let (sched, server, early, late) = cluster(&t).await;
         let mut done = server.done_workers();
         // The early worker says it is done, then its process goes away (connection closed).
         let finishing = tokio::spawn(early.finish());

@@ -3,11 +3,14 @@
 //! The optimizer works on plain slices, so it needs no array type of its own: the store
 //! lends it the weight mutably ([`WeightMut`]) and the merged gradient immutably
 //! ([`GradRef`]). Both are enums over the four floating-point element types synkv keeps;
-//! weight and gradient must have the same element type and length.
+//! weight and gradient must have the same element type and length. `of` borrows one from an
+//! array buffer (`None` for a buffer of integers).
 
 use std::fmt;
 
 use half::{bf16, f16};
+
+use crate::ndarray::Buffer;
 use serde::{Deserialize, Serialize};
 
 /// Floating-point element types the optimizer understands.
@@ -80,7 +83,18 @@ pub enum GradRef<'a> {
     BF16(&'a [bf16]),
 }
 
-impl WeightMut<'_> {
+impl<'a> WeightMut<'a> {
+    /// The elements of a float buffer, to update in place; `None` for other element types.
+    pub fn of(b: &'a mut Buffer) -> Option<WeightMut<'a>> {
+        match b {
+            Buffer::F32(v) => Some(WeightMut::F32(&mut v[..])),
+            Buffer::F64(v) => Some(WeightMut::F64(&mut v[..])),
+            Buffer::F16(v) => Some(WeightMut::F16(&mut v[..])),
+            Buffer::BF16(v) => Some(WeightMut::BF16(&mut v[..])),
+            _ => None,
+        }
+    }
+
     /// Element type of the buffer.
     pub fn elem_type(&self) -> ElemType {
         match self {
@@ -117,7 +131,18 @@ impl WeightMut<'_> {
     }
 }
 
-impl GradRef<'_> {
+impl<'a> GradRef<'a> {
+    /// The elements of a float buffer; `None` for other element types.
+    pub fn of(b: &'a Buffer) -> Option<GradRef<'a>> {
+        match b {
+            Buffer::F32(v) => Some(GradRef::F32(&v[..])),
+            Buffer::F64(v) => Some(GradRef::F64(&v[..])),
+            Buffer::F16(v) => Some(GradRef::F16(&v[..])),
+            Buffer::BF16(v) => Some(GradRef::BF16(&v[..])),
+            _ => None,
+        }
+    }
+
     /// Element type of the buffer.
     pub fn elem_type(&self) -> ElemType {
         match self {

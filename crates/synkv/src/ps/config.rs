@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::auth::Secret;
-use super::node::Role;
+use super::node::{Node, NodeId, Role};
 use super::proto::Limits;
 use super::ConfigError;
 
@@ -240,6 +240,18 @@ impl Config {
             format!("[{}]:{}", self.root_uri, self.root_port)
         } else {
             format!("{}:{}", self.root_uri, self.root_port)
+        }
+    }
+
+    /// The scheduler as a node (id 1, rank 0, at `DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT`).
+    pub fn scheduler_node(&self) -> Node {
+        Node {
+            role: Role::Scheduler,
+            id: NodeId::SCHEDULER,
+            rank: Some(0),
+            host: self.root_uri.clone(),
+            port: self.root_port,
+            task_id: None,
         }
     }
 

@@ -780,23 +780,11 @@ fn apply_optimizer(opt: &Mutex<optimizer::Updater>, item: &PushItem, grad: &Stor
 
 fn weight_mut(b: &mut Buffer) -> Result<WeightMut<'_>, Error> {
     let dtype = b.dtype();
-    match b {
-        Buffer::F32(v) => Ok(WeightMut::F32(&mut v[..])),
-        Buffer::F64(v) => Ok(WeightMut::F64(&mut v[..])),
-        Buffer::F16(v) => Ok(WeightMut::F16(&mut v[..])),
-        Buffer::BF16(v) => Ok(WeightMut::BF16(&mut v[..])),
-        _ => Err(not_float(dtype)),
-    }
+    WeightMut::of(b).ok_or_else(|| not_float(dtype))
 }
 
 fn grad_ref(b: &Buffer) -> Result<GradRef<'_>, Error> {
-    match b {
-        Buffer::F32(v) => Ok(GradRef::F32(&v[..])),
-        Buffer::F64(v) => Ok(GradRef::F64(&v[..])),
-        Buffer::F16(v) => Ok(GradRef::F16(&v[..])),
-        Buffer::BF16(v) => Ok(GradRef::BF16(&v[..])),
-        other => Err(not_float(other.dtype())),
-    }
+    GradRef::of(b).ok_or_else(|| not_float(b.dtype()))
 }
 
 fn not_float(dtype: crate::DType) -> Error {

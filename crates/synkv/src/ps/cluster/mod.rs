@@ -33,7 +33,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
 use self::shared::{heartbeat_loop, read_loop, write_loop, Shared};
-use super::node::{Group, Node, NodeId, Rank, Role};
+use super::node::{Group, Node, Rank, Role};
 use super::proto::{Command, Limits, Message};
 use super::transport::{Connection, Outbox, Transport};
 use super::{auth, Config, Error, Result};
@@ -82,14 +82,7 @@ impl Cluster {
         }
         let deadline = Instant::now() + config.timeout;
         let root = config.root_addr();
-        let scheduler = Node {
-            role: Role::Scheduler,
-            id: NodeId::SCHEDULER,
-            rank: Some(0),
-            host: config.root_uri.clone(),
-            port: config.root_port,
-            task_id: None,
-        };
+        let scheduler = config.scheduler_node();
         let me = Node::unassigned(config.role, config.node_host.clone(), port, config.task_id);
         let connected = async {
             let mut conn = connect_with_retry(transport, &root, deadline, config).await?;

@@ -83,14 +83,7 @@ pub(super) struct Core {
 
 impl Core {
     pub(super) fn new(config: Config, now: Instant) -> Core {
-        let me = Node {
-            role: Role::Scheduler,
-            id: NodeId::SCHEDULER,
-            rank: Some(0),
-            host: config.root_uri.clone(),
-            port: config.root_port,
-            task_id: None,
-        };
+        let me = config.scheduler_node();
         let deadline = now + config.timeout;
         Core {
             config,

@@ -385,23 +385,12 @@ fn optimizer_error(name: &str, e: crate::optimizer::Error) -> ServerError {
 
 fn weight_mut(b: &mut Buffer) -> Result<WeightMut<'_>, ServerError> {
     let dtype = b.dtype();
-    match b {
-        Buffer::F32(v) => Ok(WeightMut::F32(&mut v[..])),
-        Buffer::F64(v) => Ok(WeightMut::F64(&mut v[..])),
-        Buffer::F16(v) => Ok(WeightMut::F16(&mut v[..])),
-        Buffer::BF16(v) => Ok(WeightMut::BF16(&mut v[..])),
-        _ => Err(ServerError::new(ErrorCode::DTypeMismatch, format!("optimizers update float keys only, this one holds {dtype}"))),
-    }
+    WeightMut::of(b)
+        .ok_or_else(|| ServerError::new(ErrorCode::DTypeMismatch, format!("optimizers update float keys only, this one holds {dtype}")))
 }
 
 fn grad_ref(b: &Buffer) -> Result<GradRef<'_>, ServerError> {
-    match b {
-        Buffer::F32(v) => Ok(GradRef::F32(&v[..])),
-        Buffer::F64(v) => Ok(GradRef::F64(&v[..])),
-        Buffer::F16(v) => Ok(GradRef::F16(&v[..])),
-        Buffer::BF16(v) => Ok(GradRef::BF16(&v[..])),
-        other => {
-            Err(ServerError::new(ErrorCode::DTypeMismatch, format!("optimizers update float keys only, got {} gradients", other.dtype())))
-        }
-    }
+    GradRef::of(b).ok_or_else(|| {
+        ServerError::new(ErrorCode::DTypeMismatch, format!("optimizers update float keys only, got {} gradients", b.dtype()))
+    })
 }
