@@ -37,6 +37,8 @@ mod conn;
 mod core;
 mod entry;
 mod error;
+#[cfg(any(fuzzing, test))]
+pub mod fuzz;
 mod round;
 mod states;
 #[cfg(test)]
