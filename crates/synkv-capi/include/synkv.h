@@ -519,6 +519,23 @@ int synkv_kv_num_workers(const SynkvKV *kv, int *out);
 // `kv` is a live store handle.
 int synkv_kv_barrier(const SynkvKV *kv);
 
+// Takes a consistent checkpoint of a dist job's servers into the directory `dir` (every worker
+// calls it at the same point of training, like a barrier) and writes its id and round (rank
+// 0's push calls before it) to `out_id` / `out_round` (either may be NULL). A job started with
+// `SYNKV_CHECKPOINT_DIR=dir` resumes from the newest checkpoint. An in-process store refuses.
+//
+// # Safety
+// `kv` is a live store handle; `dir` is a NUL-terminated string; `out_id` and `out_round` are
+// NULL or writable.
+int synkv_kv_checkpoint(const SynkvKV *kv, const char *dir, uint64_t *out_id, uint64_t *out_round);
+
+// The round of the checkpoint this dist job resumed from (`SYNKV_CHECKPOINT_DIR`), written
+// to `out`; -1 when the job started fresh (or the store is in-process).
+//
+// # Safety
+// `kv` is a live store handle; `out` is writable.
+int synkv_kv_resumed_round(const SynkvKV *kv, int64_t *out);
+
 // Waits for every pending operation in the process (all stores) and returns the first error
 // an operation raised since the previous `wait_all`, clearing it.
 //

@@ -185,6 +185,48 @@ pub unsafe extern "C" fn synkv_kv_barrier(kv: *const SynkvKV) -> c_int {
     guard(|| Ok(unsafe { store(kv) }?.kv.barrier()?))
 }
 
+/// Takes a consistent checkpoint of a dist job's servers into the directory `dir` (every worker
+/// calls it at the same point of training, like a barrier) and writes its id and round (rank
+/// 0's push calls before it) to `out_id` / `out_round` (either may be NULL). A job started with
+/// `SYNKV_CHECKPOINT_DIR=dir` resumes from the newest checkpoint. An in-process store refuses.
+///
+/// # Safety
+/// `kv` is a live store handle; `dir` is a NUL-terminated string; `out_id` and `out_round` are
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn synkv_kv_checkpoint(kv: *const SynkvKV, dir: *const c_char, out_id: *mut u64, out_round: *mut u64) -> c_int {
+    guard(|| {
+        // SAFETY: a live handle and a NUL-terminated string by contract.
+        let (h, dir) = unsafe { (store(kv)?, ptr::str(dir, "dir")?) };
+        let info = h.kv.checkpoint(dir)?;
+        // SAFETY: NULL or writable by contract.
+        unsafe {
+            if !out_id.is_null() {
+                out_id.write(info.id);
+            }
+            if !out_round.is_null() {
+                out_round.write(info.round);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The round of the checkpoint this dist job resumed from (`SYNKV_CHECKPOINT_DIR`), written
+/// to `out`; -1 when the job started fresh (or the store is in-process).
+///
+/// # Safety
+/// `kv` is a live store handle; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn synkv_kv_resumed_round(kv: *const SynkvKV, out: *mut i64) -> c_int {
+    guard(|| {
+        // SAFETY: a live handle by contract.
+        let round = unsafe { store(kv) }?.kv.resumed_round().map_or(-1, |r| i64::try_from(r).unwrap_or(i64::MAX));
+        // SAFETY: writable by contract.
+        unsafe { ptr::write_out(out, round, "out") }
+    })
+}
+
 /// Waits for every pending operation in the process (all stores) and returns the first error
 /// an operation raised since the previous `wait_all`, clearing it.
 ///

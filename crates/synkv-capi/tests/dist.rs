@@ -46,6 +46,7 @@ fn c_job(kind: &str) {
         .env("SYNKV_HEARTBEAT_TIMEOUT_MS", "2000")
         .env("SYNKV_TIMEOUT_MS", "30000")
         .env("SYNKV_LOG", "warn")
+        .env("DIST_CAPI_CHECKPOINT_DIR", std::env::temp_dir().join(format!("synkv-capi-ckpt-{kind}-{}", std::process::id())))
         .env_remove("DMLC_ROLE")
         .env_remove("SYNKV_SECRET");
     let out = run(cmd, JOB_TIMEOUT);

@@ -441,6 +441,24 @@ impl PyKVStore {
         }
     }
 
+    /// Takes a consistent checkpoint of a dist job's servers into the directory `dir`: every
+    /// worker calls it at the same point of training (it meets the others at barriers, after
+    /// its own operations are done). Returns `(id, round)`, the same on every worker. A job
+    /// started with `SYNKV_CHECKPOINT_DIR=dir` resumes from the newest checkpoint
+    /// (`resumed_round`). In-process stores raise `KVStoreUnsupportedError`.
+    fn checkpoint(&self, py: Python<'_>, dir: std::path::PathBuf) -> PyResult<(u64, u64)> {
+        check_not_inside("checkpoint")?;
+        let info = py.detach(|| self.kv().checkpoint(&dir)).map_err(to_pyerr)?;
+        Ok((info.id, info.round))
+    }
+
+    /// The round (rank 0's push calls) of the checkpoint this dist job resumed from, or `None`
+    /// when it started fresh: a training loop goes on from there.
+    #[getter]
+    fn resumed_round(&self) -> Option<u64> {
+        self.kv().resumed_round()
+    }
+
     /// A barrier across workers (a no-op for in-process stores).
     fn barrier(&self, py: Python<'_>) -> PyResult<()> {
         check_not_inside("barrier")?;

@@ -31,6 +31,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod compression;
+pub mod durable;
 pub mod engine;
 mod error;
 pub mod kernels;

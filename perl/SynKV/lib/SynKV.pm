@@ -78,6 +78,29 @@ sub close {
     return;
 }
 
+=item ($id, $round) = $kv->checkpoint($dir)
+
+Takes a consistent checkpoint of a dist job's servers into the directory C<$dir> (every worker
+calls it at the same point of training). A job started with C<SYNKV_CHECKPOINT_DIR=$dir>
+resumes from the newest one; C<< $kv->resumed_round >> then says from which round
+(C<undef> for a fresh job).
+
+=cut
+
+sub checkpoint {
+    my ($self, $dir) = @_;
+    my ($id, $round) = (0, 0);
+    _call('kv_checkpoint', $self->{handle}, $dir, \$id, \$round);
+    return ($id, $round);
+}
+
+sub resumed_round {
+    my ($self) = @_;
+    my $round = 0;
+    _call('kv_resumed_round', $self->{handle}, \$round);
+    return $round < 0 ? undef : $round;
+}
+
 sub DESTROY {
     my ($self) = @_;
     delete $LIVE{"$self"};

@@ -11,6 +11,7 @@ use warnings;
 use Test::More;
 use FindBin;
 use File::Basename qw(dirname);
+use File::Temp qw(tempdir);
 use lib "$FindBin::Bin/../lib";
 
 use SynKV;
@@ -66,6 +67,8 @@ sub run_bounded {
 for my $kind (qw(int str)) {
     subtest "a Perl worker with $kind keys runs a dist_sync job under synkv launch" => sub {
         my @cmd = ($synkv, qw(launch -n 2 -s 2 --launcher local --grace-secs 5 --), $^X, "$FindBin::Bin/dist_worker.pl", $kind);
+        my $ckpt = tempdir(CLEANUP => 1);
+        local $ENV{DIST_PERL_CHECKPOINT_DIR} = $ckpt;
         my ($status, $output, $timed_out) = run_bounded(@cmd);
         ok(!$timed_out, "finished within $TIMEOUT s") or diag($output);
         is($status >> 8, 0, 'the launcher exits 0') or diag($output);
@@ -76,6 +79,8 @@ for my $kind (qw(int str)) {
             like($output, qr/^\[launch\] \Q$label\E exited successfully$/m, "$label exited cleanly");
         }
         unlike($output, qr/FAIL/, 'no failed check');
+        ok(-f "$ckpt/MANIFEST.json", 'the checkpoint has a manifest') or diag($output);
+        ok(-d "$ckpt/ckpt-00000001", 'the checkpoint has its directory of shards');
     };
 }
 

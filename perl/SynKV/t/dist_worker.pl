@@ -7,7 +7,7 @@
 #   - no optimizer: the sum over workers, n(n+1)/2;
 #   - the Test optimizer with rescale_grad 2: 1 + 2 * n(n+1)/2 * round;
 #   - SGD with learning rate 0.1: 1 - 0.1 * n(n+1)/2 * round;
-# with a barrier between the phases. Prints "dist_worker KIND ok (rank r of n workers)" or one
+# with a barrier between the phases, then a checkpoint when DIST_PERL_CHECKPOINT_DIR is set. Prints "dist_worker KIND ok (rank r of n workers)" or one
 # "FAIL ..." line per failed check, and exits non-zero on a failure.
 use strict;
 use warnings;
@@ -57,6 +57,14 @@ for my $p (0 .. $#phases) {
         }
     }
     $kv->barrier;
+}
+# A checkpoint of the servers when the test asks for one (DIST_PERL_CHECKPOINT_DIR): a
+# collective call, after 6 push calls (3 phases of 2 rounds); a fresh job resumed from none.
+check(!defined $kv->resumed_round, 'a fresh job has no resumed round');
+if (my $dir = $ENV{DIST_PERL_CHECKPOINT_DIR}) {
+    my ($id, $round) = $kv->checkpoint($dir);
+    check($id >= 1, "checkpoint id $id");
+    check($round == 6, "checkpoint round $round, want 6");
 }
 # Closes the store: waits until every worker is done, then the servers exit.
 undef $kv;

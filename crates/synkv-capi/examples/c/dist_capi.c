@@ -170,6 +170,17 @@ int main(int argc, char **argv) {
     rounds(kv, "sgd", phase[2], 1, 2, sgd, n);
     OK(synkv_kv_barrier(kv));
 
+    /* A checkpoint of the servers (every worker calls it, like a barrier) when the test asks. */
+    const char *ckpt = getenv("DIST_CAPI_CHECKPOINT_DIR");
+    if (ckpt != NULL) {
+        uint64_t id = 0, round = 0;
+        OK(synkv_kv_checkpoint(kv, ckpt, &id, &round));
+        EXPECT(id >= 1 && round > 0, "checkpoint id %llu at round %llu", (unsigned long long)id, (unsigned long long)round);
+        int64_t resumed = 0;
+        OK(synkv_kv_resumed_round(kv, &resumed));
+        EXPECT(resumed == -1, "a fresh job resumed from round %lld", (long long)resumed);
+    }
+
     /* Closes the store: waits until every worker is done, then the servers exit. A failure to
      * leave the cluster cleanly is an error status (then exit non-zero). */
     OK(synkv_kv_close(kv));

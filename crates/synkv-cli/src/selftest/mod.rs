@@ -51,6 +51,12 @@ pub(crate) struct DistArgs {
     /// A file whose appearance ends the wait of `hold`.
     #[arg(long)]
     until_file: Option<std::path::PathBuf>,
+    /// Take a checkpoint after this round (ckpt-train).
+    #[arg(long)]
+    checkpoint_at: Option<u64>,
+    /// The checkpoint directory (ckpt-train).
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
 }
 
 pub(crate) fn run(cmd: SelftestCommand) -> Result<()> {

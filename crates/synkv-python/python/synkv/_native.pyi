@@ -155,6 +155,13 @@ class KVStore:
         """Loads states saved by :meth:`save_optimizer_states` into the installed optimizer."""
     def is_capable(self, capability: str) -> bool:
         """Whether the store supports a capability (``"optimizer"``: True)."""
+    def checkpoint(self, dir: str | os.PathLike[str]) -> tuple[int, int]:
+        """Takes a consistent checkpoint of a dist job's servers into ``dir`` (every worker calls
+        it at the same point of training); returns ``(id, round)``. A job started with
+        ``SYNKV_CHECKPOINT_DIR=dir`` resumes from the newest one."""
+    @property
+    def resumed_round(self) -> Optional[int]:
+        """The round of the checkpoint this dist job resumed from, or None."""
     def barrier(self) -> None:
         """A barrier across workers (a no-op for in-process stores)."""
     def _barrier(self) -> None:

@@ -92,3 +92,24 @@ def test_a_close_that_fails_at_interpreter_exit_is_a_nonzero_exit():
             if p.poll() is None:
                 p.kill()
             p.wait(timeout=30)
+
+
+def test_a_job_resumed_from_a_checkpoint_ends_with_the_same_weights(tmp_path):
+    ckpt = HERE / "checkpoint_worker.py"
+
+    def run(*args, **extra):
+        cmd = [BIN, "launch", "-n", "2", "-s", "2", "--", sys.executable, str(ckpt), *map(str, args)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env(SYNKV_TIMEOUT_MS="30000", **extra))
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, out[-3000:]
+        finals = sorted(l.split("final ")[1] for l in done.stdout.splitlines() if " final " in l)
+        assert len(finals) == 2 and finals[0] == finals[1], out[-3000:]
+        return finals[0], out
+
+    whole, _ = run(6)
+    _, first = run(6, 3, tmp_path)
+    assert "checkpoint 1 at round 3" in first, first[-3000:]
+    resumed, out = run(6, SYNKV_CHECKPOINT_DIR=str(tmp_path))
+    assert "starts after round 3" in out, out[-3000:]
+    assert "resuming from checkpoint 1" in out, out[-3000:]
+    assert resumed == whole, f"resumed {resumed} vs uninterrupted {whole}"

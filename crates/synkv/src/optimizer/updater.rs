@@ -279,10 +279,16 @@ impl Updater {
         Ok(updater)
     }
 
-    /// Writes [`Updater::save_states`] to `path`.
+    /// Writes [`Updater::save_states`] to `path`, atomically: a crash or an error leaves the
+    /// previous file whole (see [`crate::durable`]).
     pub fn save_states_to(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        std::fs::write(path, self.save_states()).map_err(|source| Error::Io { action: "write", path: path.to_owned(), source })
+        let bytes = self.save_states();
+        crate::durable::write_atomic(path, |w| w.write_all(&bytes)).map_err(|source| Error::Io {
+            action: "write",
+            path: path.to_owned(),
+            source,
+        })
     }
 
     /// Reads a file written by [`Updater::save_states_to`] and loads it.

@@ -139,6 +139,11 @@ pub fn buffer_bytes(buf: &Buffer) -> &[u8] {
     with_buffer!(buf, v => bytemuck::cast_slice(&v[..]))
 }
 
+/// The element bytes of a buffer, writable (to read a value straight into it).
+pub fn buffer_bytes_mut(buf: &mut Buffer) -> &mut [u8] {
+    with_buffer!(buf, v => bytemuck::cast_slice_mut(&mut v[..]))
+}
+
 /// Owns a buffer and lends its element bytes (for [`Bytes::from_owner`]).
 struct Owned(Buffer);
 

@@ -62,6 +62,20 @@ pub struct Config {
     /// message carries at once (at most `SYNKV_MAX_FRAME_BYTES / 8`). Every memory budget
     /// derives from it (see [`Config::ingress_bytes`] and the others).
     pub partition_bytes: u64,
+    /// `SYNKV_CHECKPOINT_DIR`: where checkpoints are written and, at start, restored from.
+    pub checkpoint_dir: Option<std::path::PathBuf>,
+    /// `SYNKV_CHECKPOINT_INTERVAL`: take a checkpoint every so many rounds (`push` calls) or
+    /// seconds; `None` = only on demand.
+    pub checkpoint_interval: Option<CheckpointInterval>,
+}
+
+/// How often the workers take a checkpoint (`SYNKV_CHECKPOINT_INTERVAL`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointInterval {
+    /// Every `n` rounds: `push` calls of each worker (`N`).
+    Rounds(u64),
+    /// About every so many seconds (`Ns`), at a round agreed by the workers.
+    Seconds(Duration),
 }
 
 type Lookup<'a> = dyn Fn(&'static str) -> Result<Option<String>, ConfigError> + 'a;
@@ -190,6 +204,27 @@ impl Config {
                 }
             };
         let partition_bytes = partition_bytes.max(4 << 10) & !7;
+        let checkpoint_dir = get("SYNKV_CHECKPOINT_DIR")?.filter(|d| !d.trim().is_empty()).map(|d| std::path::PathBuf::from(d.trim()));
+        let interval_expected = "a positive number of rounds (e.g. 500) or seconds (e.g. 600s), with SYNKV_CHECKPOINT_DIR set";
+        let checkpoint_interval = match get("SYNKV_CHECKPOINT_INTERVAL")? {
+            None => None,
+            Some(raw) => {
+                let v = raw.trim();
+                let parsed = match v.strip_suffix('s') {
+                    Some(secs) => {
+                        secs.trim().parse::<u64>().ok().filter(|s| *s > 0).map(|s| CheckpointInterval::Seconds(Duration::from_secs(s)))
+                    }
+                    None => v.parse::<u64>().ok().filter(|n| *n > 0).map(CheckpointInterval::Rounds),
+                };
+                let Some(parsed) = parsed else {
+                    return Err(err("SYNKV_CHECKPOINT_INTERVAL", format!("{raw:?} is not accepted"), interval_expected));
+                };
+                if checkpoint_dir.is_none() {
+                    return Err(err("SYNKV_CHECKPOINT_INTERVAL", "is set but SYNKV_CHECKPOINT_DIR is not", interval_expected));
+                }
+                Some(parsed)
+            }
+        };
         Ok(Config {
             role,
             root_uri,
@@ -207,6 +242,8 @@ impl Config {
             limits: Limits { max_frame_bytes, ..defaults },
             straggler_warn,
             partition_bytes,
+            checkpoint_dir,
+            checkpoint_interval,
         })
     }
 

@@ -6,6 +6,7 @@
 //! - [`transport`] — [`Connection`] (one framed stream, vectored writes) behind the
 //!   [`Transport`] trait: [`TcpTransport`] and the in-process [`MemTransport`].
 //! - [`auth`] — the optional HMAC challenge–response every connection starts with.
+//! - [`checkpoint`] — the servers' checkpoint files (shards) and manifests.
 //! - [`config`] — [`Config`] from `DMLC_*`/`SYNKV_*` variables (table in `docs/dist-env.md`).
 //! - [`scheduler`] — [`Scheduler`]: rendezvous, rank assignment, barriers, heartbeats,
 //!   failure detection and the shutdown sequence.
@@ -24,6 +25,7 @@
 #![deny(unsafe_code)]
 
 pub mod auth;
+pub mod checkpoint;
 pub mod cluster;
 pub mod codec;
 pub mod config;
@@ -38,7 +40,7 @@ pub mod worker;
 
 pub use auth::Secret;
 pub use cluster::Cluster;
-pub use config::Config;
+pub use config::{CheckpointInterval, Config};
 pub use error::{AuthError, ConfigError, Error};
 pub use node::{Group, Node, NodeId, ParseRoleError, Rank, Role, UnknownRole};
 pub use scheduler::Scheduler;

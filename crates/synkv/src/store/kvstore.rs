@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::args::flatten;
-use super::distributed::{DistStore, ServerStats};
+use super::distributed::{CheckpointInfo, DistStore, ServerStats};
 use super::local::LocalStore;
 use super::{Arrays, Error, Key, Keys, StoreType};
 use crate::engine::{Engine, Priority};
@@ -402,6 +402,34 @@ impl KVStore {
         match &self.backend {
             Backend::Local(_) => Ok(()),
             Backend::Dist(s) => s.barrier(),
+        }
+    }
+
+    /// Takes a consistent checkpoint of the servers' state (values, optimizer states and
+    /// counts, round ids) into `dir`: every worker of a dist job calls it at the same point of
+    /// training (it meets the others at barriers, after its own operations are done), and every
+    /// worker gets the same [`CheckpointInfo`]. A job started with `SYNKV_CHECKPOINT_DIR=dir`
+    /// resumes from the newest one (`docs/checkpoints.md`). Not available on in-process stores
+    /// (their state is in this process: save your arrays and `save_optimizer_states`).
+    pub fn checkpoint(&self, dir: impl AsRef<std::path::Path>) -> crate::Result<CheckpointInfo> {
+        match &self.backend {
+            Backend::Local(_) => Err(Error::Unsupported {
+                op: "checkpoint",
+                store_type: self.name.clone(),
+                reason: "checkpoints hold the servers' state of a dist store; save an in-process store's arrays and save_optimizer_states instead".into(),
+            }
+            .into()),
+            Backend::Dist(s) => s.checkpoint(dir.as_ref()),
+        }
+    }
+
+    /// The round (rank 0's `push` calls before it) of the checkpoint this dist job resumed
+    /// from, when it was started with `SYNKV_CHECKPOINT_DIR` holding one: the program should
+    /// go on from there (the rounds after it were lost). `None` otherwise.
+    pub fn resumed_round(&self) -> Option<u64> {
+        match &self.backend {
+            Backend::Local(_) => None,
+            Backend::Dist(s) => s.resumed_round(),
         }
     }
 

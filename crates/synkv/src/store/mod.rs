@@ -30,7 +30,7 @@ mod kvstore;
 mod local;
 
 pub use args::Arrays;
-pub use distributed::ServerStats;
+pub use distributed::{CheckpointInfo, ServerStats};
 pub use error::Error;
 pub use key::{Key, KeyKind, Keys};
 pub use kind::StoreType;

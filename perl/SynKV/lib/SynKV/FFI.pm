@@ -65,6 +65,8 @@ my %functions = (
     synkv_kv_create               => [['string', 'opaque*'] => 'sint32'],
     synkv_kv_free                 => [['opaque'] => 'sint32'],
     synkv_kv_close                => [['opaque'] => 'sint32'],
+    synkv_kv_checkpoint           => [['opaque', 'string', 'uint64*', 'uint64*'] => 'sint32'],
+    synkv_kv_resumed_round        => [['opaque', 'sint64*'] => 'sint32'],
     synkv_kv_type                 => [['opaque', 'opaque*'] => 'sint32'],
     synkv_kv_rank                 => [['opaque', 'sint32*'] => 'sint32'],
     synkv_kv_num_workers          => [['opaque', 'sint32*'] => 'sint32'],

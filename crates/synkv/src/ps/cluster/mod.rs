@@ -226,6 +226,17 @@ impl Cluster {
         }
     }
 
+    /// The round of the next periodic checkpoint, once rank 0 announced one.
+    pub fn checkpoint_planned(&self) -> Option<u64> {
+        self.shared.status.borrow().checkpoint_at
+    }
+
+    /// Worker rank 0: announces to every worker (through the scheduler) that the next
+    /// periodic checkpoint is taken at round `at`.
+    pub async fn plan_checkpoint(&self, at: u64) -> Result<()> {
+        self.send(Message::new(Command::CheckpointAt).with_request_id(at)).await
+    }
+
     /// The ranks of the workers that finished so far, updated as the scheduler reports them.
     pub fn done_workers(&self) -> watch::Receiver<BTreeSet<Rank>> {
         let mut status = self.shared.status.subscribe();

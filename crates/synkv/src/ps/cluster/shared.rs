@@ -46,6 +46,8 @@ pub(super) struct Status {
     pub(super) shutdown_ordered: bool,
     /// Ranks of the workers that finished (`NodeDone`).
     pub(super) done_workers: BTreeSet<Rank>,
+    /// The round of the next periodic checkpoint, as rank 0 announced it (`CheckpointAt`).
+    pub(super) checkpoint_at: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -146,6 +148,10 @@ impl Shared {
                 Ok(node) => tracing::warn!("ignoring NodeDone for {node}, which is not a worker"),
                 Err(e) => tracing::warn!("ignoring a malformed NodeDone: {e}"),
             },
+            Command::CheckpointAt => {
+                let at = msg.request_id;
+                self.status.send_modify(|s| s.checkpoint_at = Some(at));
+            }
             Command::Shutdown => {
                 tracing::info!("the scheduler ordered shutdown");
                 self.status.send_modify(|s| s.shutdown_ordered = true);

@@ -59,11 +59,13 @@ pub enum Command {
     /// Scheduler → node: a worker finished (closed its store); it takes part in no later
     /// sync round or barrier.
     NodeDone,
+    /// Worker rank 0 → scheduler → every worker: take a checkpoint at round (request id).
+    CheckpointAt,
 }
 
 impl Command {
     /// Every command, for tests and documentation.
-    pub const ALL: [Command; 19] = [
+    pub const ALL: [Command; 20] = [
         Command::Register,
         Command::NodeList,
         Command::Barrier,
@@ -83,6 +85,7 @@ impl Command {
         Command::ServerCommand,
         Command::Notice,
         Command::NodeDone,
+        Command::CheckpointAt,
     ];
 
     /// The wire code.
@@ -107,6 +110,7 @@ impl Command {
             Command::ServerCommand => 20,
             Command::Notice => 21,
             Command::NodeDone => 22,
+            Command::CheckpointAt => 23,
         }
     }
 }

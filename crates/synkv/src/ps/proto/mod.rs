@@ -79,6 +79,7 @@
 //! | 20   | `ServerCommand`    | worker → server      | head = command id (spec K8.13); chunk 0 = body (u8)      |
 //! | 21   | `Notice`           | server → worker      | text (e.g. which workers a sync round waits for); keys   |
 //! | 22   | `NodeDone`         | scheduler → node     | nodes = [the worker that finished]                       |
+//! | 23   | `CheckpointAt`     | worker 0 → scheduler → workers | request id = the round (`push` calls) at which every worker takes the next periodic checkpoint |
 //!
 //! `NodeDead` also travels server → worker: a server that stops because a node died tells its
 //! workers which one before it closes their connections.
@@ -124,6 +125,7 @@
 //! | 6  | `GetOptimizerStates`     | JSON `{"after": key or null}` | chunk 0 = a page of states (`optimizer::format`); text = JSON `{"next": key or null}` |
 //! | 7  | `SetOptimizerStates`     | a page of states (`optimizer::format`); text `replace` or `merge` | empty |
 //! | 8  | `Stats`                  | empty                       | chunk 0 = JSON statistics (memory, entries, held bytes) |
+//! | 9  | `Checkpoint`             | JSON `{"dir": path, "id": n}` | chunk 0 = JSON of the shard written (`ps::checkpoint::ShardFile`) |
 
 mod code;
 mod control;

@@ -200,6 +200,12 @@ impl Core {
                 Ok(()) => return Outcome::Continue,
                 Err(text) => Message::error(msg.request_id, text),
             },
+            Command::CheckpointAt if node.role == Role::Worker && node.rank == Some(0) && self.phase == Phase::Running => {
+                let at = msg.request_id;
+                tracing::info!("a checkpoint at round {at}, announced by {node}");
+                self.broadcast(|p| (p.node.role == Role::Worker).then(|| Message::new(Command::CheckpointAt).with_request_id(at)));
+                return Outcome::Continue;
+            }
             Command::Shutdown if node.role == Role::Worker && self.phase == Phase::Running => {
                 if let Some(p) = self.peers.get_mut(&conn) {
                     p.done = true;

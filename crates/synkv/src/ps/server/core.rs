@@ -34,9 +34,10 @@ use super::entry::{Checked, Entry, EntryKey, Part};
 use super::error::ServerError;
 use super::round::{take_async, Contribution, Place, ReqId};
 use super::states::Pager;
-use super::value::{entry_keys, push_items};
+use super::value::{entry_key, entry_keys, push_items};
 use super::ServerCmd;
 use crate::optimizer::{Optimizer, Updater};
+use crate::ps::checkpoint::{write_shard, Shard, ShardHeader};
 use crate::ps::node::{NodeId, Rank};
 use crate::ps::proto::{Chunk, Command, ErrorCode, Flags, Message};
 use crate::ps::transport::{Admission, Outbox};
@@ -71,6 +72,9 @@ struct Pending {
 /// Settings of the core.
 #[derive(Clone, Debug)]
 pub(super) struct Settings {
+    /// This server's rank and the number of servers (named in checkpoints).
+    pub(super) rank: u32,
+    pub(super) num_servers: u32,
     pub(super) num_workers: u32,
     /// Bytes of pushes held (not folded) across all entries before folding starts.
     pub(super) held_budget: usize,
@@ -212,7 +216,17 @@ impl Core {
             return Err(ServerError::invalid(format!("init: {} key names for {} keys", names.len(), items.len())));
         }
         let mut seen: FxHashSet<EntryKey> = FxHashSet::default();
+        let mut claims = Vec::new();
         for (i, it) in items.iter().enumerate() {
+            // A key restored from a checkpoint is claimed by the first init of the new run
+            // (its value and optimizer state stay the checkpoint's).
+            if let Some(entry) = self.keys.get(&it.key).filter(|e| e.restored) {
+                if seen.insert(it.key) {
+                    entry.matches_init(&it.value).map_err(|e| e.at(it.key))?;
+                    claims.push(i);
+                    continue;
+                }
+            }
             if self.keys.contains_key(&it.key) || !seen.insert(it.key) {
                 return Err(ServerError::new(
                     ErrorCode::DuplicateInit,
@@ -225,8 +239,16 @@ impl Core {
             }
         }
         let mut entries = Vec::with_capacity(items.len());
-        for (it, name) in items.into_iter().zip(names) {
-            entries.push((it.key, Entry::from_init(name, it.key.1, it.value).map_err(|e| e.at(it.key))?));
+        for (i, (it, name)) in items.into_iter().zip(names).enumerate() {
+            if !claims.contains(&i) {
+                entries.push((it.key, Entry::from_init(name, it.key.1, it.value).map_err(|e| e.at(it.key))?));
+            }
+        }
+        for i in &claims {
+            let key = entry_key(msg, *i);
+            if let Some(e) = self.keys.get_mut(&key) {
+                e.restored = false;
+            }
         }
         self.keys.extend(entries);
         Ok(Some(Message::new(Command::Reply)))
@@ -494,6 +516,7 @@ impl Core {
                 let u = self.updater.as_mut().ok_or_else(no_optimizer)?;
                 self.pager.load(u, body, &msg.meta.text).map(Some)
             }
+            Some(ServerCmd::Checkpoint) => self.checkpoint(body).map(Some),
             Some(ServerCmd::Stats) => {
                 let stats = super::states::stats(self.keys.len(), self.held, self.pending.len());
                 let mut reply = reply;
@@ -502,6 +525,63 @@ impl Core {
             }
             None => Err(ServerError::invalid(format!("unknown server command id {}", msg.meta.head))),
         }
+    }
+
+    /// Writes this server's shard of a checkpoint (body: JSON `{"dir": path, "id": n}`); the
+    /// reply's chunk 0 is the shard's [`ShardFile`] as JSON. Called while every worker waits
+    /// at a barrier with its own operations done, so no round is partly summed.
+    fn checkpoint(&mut self, body: &[u8]) -> Result<Message, ServerError> {
+        #[derive(serde::Deserialize)]
+        struct Request {
+            dir: std::path::PathBuf,
+            id: u64,
+        }
+        let req: Request = serde_json::from_slice(body)
+            .map_err(|e| ServerError::invalid(format!("checkpoint: the body is not {{\"dir\": path, \"id\": n}}: {e}")))?;
+        let mut keys: Vec<EntryKey> = self.keys.keys().copied().collect();
+        keys.sort_unstable();
+        let (mut entries, mut values) = (Vec::with_capacity(keys.len()), Vec::with_capacity(keys.len()));
+        for k in &keys {
+            if let Some(e) = self.keys.get(k) {
+                entries.push(e.desc(*k));
+                values.push(e.value_bytes());
+            }
+        }
+        let states = self.updater.as_ref().map(Updater::save_states).unwrap_or_default();
+        let header = ShardHeader {
+            rank: self.settings.rank,
+            num_servers: self.settings.num_servers,
+            id: req.id,
+            sync: self.sync,
+            optimizer: self.updater.as_ref().map(|u| u.optimizer().to_json()),
+            entries,
+            states_len: states.len() as u64,
+        };
+        let file = write_shard(&req.dir, &header, &values, &states).map_err(|e| ServerError::invalid(format!("checkpoint: {e}")))?;
+        tracing::info!("wrote checkpoint {} shard: {} key parts, {} bytes", req.id, keys.len(), file.bytes);
+        let mut reply = Message::new(Command::Reply);
+        reply.chunks.push(Chunk::bytes(serde_json::to_vec(&file).unwrap_or_default()));
+        Ok(reply)
+    }
+
+    /// Restores a checkpoint's shard (before any worker connects): its key parts (their rounds
+    /// start over), its mode, and its optimizer with its states. Returns the key parts restored.
+    pub(super) fn restore(&mut self, shard: Shard) -> Result<usize, ServerError> {
+        let Shard { header, values, states } = shard;
+        for (desc, bytes) in header.entries.iter().zip(&values) {
+            self.keys.insert((desc.ps, desc.offset), Entry::from_checkpoint(desc, bytes)?);
+        }
+        self.sync = header.sync;
+        if let Some(json) = &header.optimizer {
+            let opt =
+                Optimizer::from_json(json).map_err(|e| ServerError::new(ErrorCode::Optimizer, format!("checkpoint optimizer: {e}")))?;
+            let mut u = Updater::try_new(opt).map_err(|e| ServerError::new(ErrorCode::Optimizer, format!("checkpoint optimizer: {e}")))?;
+            if !states.is_empty() {
+                u.merge_states(&states, true).map_err(|e| ServerError::new(ErrorCode::Optimizer, format!("checkpoint states: {e}")))?;
+            }
+            self.updater = Some(u);
+        }
+        Ok(header.entries.len())
     }
 
     /// Reports rounds that wait longer than the straggler bound (at most once per bound).

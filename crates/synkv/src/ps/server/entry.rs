@@ -27,6 +27,7 @@ use super::value::Value;
 use crate::compression::GradientCompression;
 use crate::ndarray::{sparse, Buffer, DType, RowSparse, Storage};
 use crate::optimizer::{GradRef, Updater, WeightMut};
+use crate::ps::checkpoint::EntryDesc;
 use crate::ps::codec::{self, chunk_len, chunk_to_buffer, dtype_of};
 use crate::ps::proto::{Chunk, DTypeCode, ErrorCode};
 
@@ -85,12 +86,13 @@ pub(super) struct Entry {
     pub(super) round: Round,
     /// Async mode: the next round id expected from each worker rank.
     pub(super) async_next: Vec<u64>,
+    /// Restored from a checkpoint and not yet claimed by an `init` of this run.
+    pub(super) restored: bool,
 }
 
 impl Entry {
     /// A new entry from its init value.
     pub(super) fn from_init(name: String, offset: u64, value: Value) -> Result<Entry, ServerError> {
-        let state_key = if offset == 0 { name.clone() } else { format!("{name}@{offset}") };
         let fail = |e: codec::CodecError| ServerError::invalid(format!("init of key {name}: {e}"));
         let (value, row_len) = match value {
             Value::Packed(..) => return Err(ServerError::invalid("init values travel uncompressed")),
@@ -114,7 +116,12 @@ impl Entry {
                 (chunk_to_buffer(&data, dtype).map_err(fail)?, Some(elems / n_ids))
             }
         };
-        Ok(Entry {
+        Ok(Entry::new(name, offset, value, row_len))
+    }
+
+    fn new(name: String, offset: u64, value: Buffer, row_len: Option<usize>) -> Entry {
+        let state_key = if offset == 0 { name.clone() } else { format!("{name}@{offset}") };
+        Entry {
             name,
             state_key,
             value: Arc::new(value),
@@ -123,7 +130,67 @@ impl Entry {
             scratch: None,
             round: Round::default(),
             async_next: Vec::new(),
-        })
+            restored: false,
+        }
+    }
+
+    /// An entry restored from a checkpoint: `desc` and its value's bytes. Its rounds start
+    /// over (the workers of the restarted job count their pushes from 0).
+    pub(super) fn from_checkpoint(desc: &EntryDesc, bytes: &[u8]) -> Result<Entry, ServerError> {
+        let bad = |what: String| ServerError::invalid(format!("checkpoint entry {}: {what}", desc.name));
+        let dtype: DType = desc.dtype.parse().map_err(|_| bad(format!("dtype {:?}", desc.dtype)))?;
+        let len = usize::try_from(desc.len).map_err(|_| bad("too long".into()))?;
+        let mut value = Buffer::zeros(dtype, len);
+        let dst = codec::buffer_bytes_mut(&mut value);
+        if dst.len() != bytes.len() {
+            return Err(bad(format!("{} bytes for {len} {dtype} elements", bytes.len())));
+        }
+        dst.copy_from_slice(bytes);
+        let row_len = desc.row_len.map(|r| usize::try_from(r).unwrap_or(usize::MAX));
+        let mut entry = Entry::new(desc.name.clone(), desc.offset, value, row_len);
+        entry.restored = true;
+        Ok(entry)
+    }
+
+    /// The entry as a checkpoint describes it (its value is [`Entry::value_bytes`]).
+    pub(super) fn desc(&self, key: EntryKey) -> EntryDesc {
+        EntryDesc {
+            ps: key.0,
+            offset: key.1,
+            name: self.name.clone(),
+            dtype: self.value.dtype().to_string(),
+            len: u64::try_from(self.value.len()).unwrap_or(u64::MAX),
+            row_len: self.row_len.map(|r| u64::try_from(r).unwrap_or(u64::MAX)),
+            round: self.round.id,
+        }
+    }
+
+    /// The value's element bytes.
+    pub(super) fn value_bytes(&self) -> &[u8] {
+        codec::buffer_bytes(&self.value)
+    }
+
+    /// Whether an `init` value matches this entry: same element type, length and layout. A
+    /// restored entry is claimed by the first matching `init` of the new run.
+    pub(super) fn matches_init(&self, value: &Value) -> Result<(), ServerError> {
+        let (dtype, len, row_len) = match value {
+            Value::Dense(c) => (dtype_of(c.dtype).ok(), chunk_len(c), None),
+            Value::Rows { ids, data } => (dtype_of(data.dtype).ok(), chunk_len(data), chunk_len(data).checked_div(chunk_len(ids))),
+            Value::Packed(..) => (None, 0, None),
+        };
+        if dtype != Some(self.value.dtype()) || len != self.value.len() || row_len != self.row_len {
+            return Err(ServerError::new(
+                ErrorCode::ShapeMismatch,
+                format!(
+                    "the checkpoint holds key {} as {} {} elements here, but init gives {len} {} (restart with the same model, or with another SYNKV_CHECKPOINT_DIR)",
+                    self.name,
+                    self.value.len(),
+                    self.value.dtype(),
+                    dtype.map_or_else(|| "non-float".to_owned(), |d| d.to_string())
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn rows(&self) -> usize {

@@ -21,8 +21,14 @@ fn f32_chunk(v: &[f32]) -> Chunk {
 
 /// Feeds every decodable frame of `data` to a fresh server core (see the module docs).
 pub fn handle_frames(data: &[u8]) {
-    let settings =
-        Settings { num_workers: 2, held_budget: 1 << 12, straggler_warn: std::time::Duration::from_secs(60), page_bytes: 1 << 12 };
+    let settings = Settings {
+        rank: 0,
+        num_servers: 1,
+        num_workers: 2,
+        held_budget: 1 << 12,
+        straggler_warn: std::time::Duration::from_secs(60),
+        page_bytes: 1 << 12,
+    };
     let mut core = Core::new(NodeId(8), settings);
     let (outbox, mut rx) = Outbox::bounded(1 << 12, 1 << 24);
     for conn in 0..2 {

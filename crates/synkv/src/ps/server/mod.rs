@@ -54,6 +54,7 @@ use tokio_util::task::TaskTracker;
 
 use self::conn::ConnTask;
 use self::core::{Core, Event, Settings};
+use super::checkpoint;
 use super::proto::Message;
 use super::transport::{accept_loop, Ingress, Listener, Transport};
 use super::{Cluster, Config, Error, Result};
@@ -64,6 +65,33 @@ const CONNECTION_SLACK: u32 = 64;
 const FAREWELL: Duration = Duration::from_millis(200);
 /// Events queued for the core at most (their frames are bounded by the ingress budget).
 const EVENTS: usize = 1024;
+
+/// Restores server `rank`'s shard of the checkpoint in `dir`, if `dir` has one.
+fn restore(core: &mut Core, dir: &std::path::Path, rank: u32, config: &Config) -> Result<()> {
+    let fail = |e: String| Error::InvalidArgument(format!("SYNKV_CHECKPOINT_DIR={}: {e}", dir.display()));
+    let Some(manifest) = checkpoint::read_manifest(dir).map_err(|e| fail(e.to_string()))? else {
+        tracing::info!("no checkpoint in {} yet: starting empty", dir.display());
+        return Ok(());
+    };
+    if manifest.num_servers != config.num_servers {
+        return Err(fail(format!(
+            "checkpoint {} was taken with {} servers; restart with DMLC_NUM_SERVER={} (or another directory)",
+            manifest.id, manifest.num_servers, manifest.num_servers
+        )));
+    }
+    let path = manifest.shard_path(dir, rank).ok_or_else(|| fail(format!("checkpoint {} has no shard for server {rank}", manifest.id)))?;
+    let started = std::time::Instant::now();
+    let shard = checkpoint::read_shard(&path).map_err(|e| fail(e.to_string()))?;
+    let parts = core.restore(shard).map_err(|e| fail(e.to_string()))?;
+    tracing::warn!(
+        "restored checkpoint {} (round {}) from {}: {parts} key parts in {:.2} s",
+        manifest.id,
+        manifest.round,
+        path.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
 
 /// The control commands a worker sends to every server (`ServerCommand`, `head` = id, body in
 /// chunk 0). Ids follow MXNet's where one exists (spec K8.13); all are idempotent.
@@ -84,6 +112,9 @@ pub enum ServerCmd {
     /// 8: reply with the server's statistics as JSON (resident memory now and at its peak,
     /// key parts, held bytes, waiting requests).
     Stats,
+    /// 9: write this server's shard of a checkpoint (body: JSON `{"dir": path, "id": n}`;
+    /// reply: the shard file's description as JSON, `ps::checkpoint::ShardFile`).
+    Checkpoint,
 }
 
 impl ServerCmd {
@@ -95,6 +126,7 @@ impl ServerCmd {
             ServerCmd::GetOptimizerStates => 6,
             ServerCmd::SetOptimizerStates => 7,
             ServerCmd::Stats => 8,
+            ServerCmd::Checkpoint => 9,
         }
     }
 
@@ -106,6 +138,7 @@ impl ServerCmd {
             6 => Some(ServerCmd::GetOptimizerStates),
             7 => Some(ServerCmd::SetOptimizerStates),
             8 => Some(ServerCmd::Stats),
+            9 => Some(ServerCmd::Checkpoint),
             _ => None,
         }
     }
@@ -145,12 +178,17 @@ impl Server {
 
         let (events_tx, events_rx) = mpsc::channel(EVENTS);
         let settings = Settings {
+            rank: cluster.rank(),
+            num_servers: config.num_servers,
             num_workers: config.num_workers,
             held_budget: usize::try_from(config.held_bytes()).unwrap_or(usize::MAX),
             straggler_warn: config.straggler_warn,
             page_bytes: usize::try_from(config.partition_bytes).unwrap_or(usize::MAX),
         };
-        let core = Core::new(cluster.me().id, settings);
+        let mut core = Core::new(cluster.me().id, settings);
+        if let Some(dir) = &config.checkpoint_dir {
+            restore(&mut core, dir, cluster.rank(), &config)?;
+        }
         let core_thread = std::thread::Builder::new().name("synkv-server".into()).spawn(move || core.run(events_rx))?;
 
         let accept_stop = CancellationToken::new();

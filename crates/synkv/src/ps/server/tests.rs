@@ -22,7 +22,14 @@ struct Harness {
 }
 
 fn settings(workers: u32) -> Settings {
-    Settings { num_workers: workers, held_budget: 1 << 30, straggler_warn: Duration::from_secs(60), page_bytes: 1 << 20 }
+    Settings {
+        rank: 0,
+        num_servers: 1,
+        num_workers: workers,
+        held_budget: 1 << 30,
+        straggler_warn: Duration::from_secs(60),
+        page_bytes: 1 << 20,
+    }
 }
 
 fn harness(workers: u32) -> Harness {
@@ -576,4 +583,52 @@ fn stats_report_memory_and_key_parts() {
     if cfg!(target_os = "linux") {
         assert!(stats["peak_rss_bytes"].as_u64().unwrap() >= stats["rss_bytes"].as_u64().unwrap() / 2);
     }
+}
+
+#[test]
+fn a_checkpoint_restores_values_optimizer_states_and_mode_and_init_claims_restored_keys() {
+    let dir = std::env::temp_dir().join(format!("synkv-core-ckpt-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut h = harness(1);
+    let sgd = Optimizer::from(Sgd { momentum: 0.5, ..Sgd::default() }).with_learning_rate(1.0);
+    h.send(0, Message::server_command(ServerCmd::SetOptimizer.id(), sgd.to_json().into()));
+    h.replies();
+    let mut init = data(Command::Push, Flags::INIT, &[(1, vec![0.0; 3]), (2, vec![5.0; 2])]);
+    init.meta.text = r#"["w","b"]"#.into();
+    h.send(0, init.clone());
+    h.replies();
+    h.send(0, data(Command::Push, Flags::NONE, &[(1, vec![1.0; 3])]));
+    h.replies();
+    let body = serde_json::json!({ "dir": dir, "id": 3 }).to_string();
+    h.send(0, Message::server_command(ServerCmd::Checkpoint.id(), body.into()));
+    let r = h.replies().remove(0);
+    assert_eq!(r.command, Command::Reply, "{}", r.meta.text);
+    let file: crate::ps::checkpoint::ShardFile = serde_json::from_slice(&r.chunks[0].data).unwrap();
+    // A later push is not in the checkpoint.
+    h.send(0, data(Command::Push, Flags::NONE, &[(1, vec![100.0; 3])]));
+    h.replies();
+
+    let shard = crate::ps::checkpoint::read_shard(&dir.join(&file.file)).unwrap();
+    let mut fresh = harness(1);
+    assert_eq!(fresh.core.restore(shard).unwrap(), 2);
+    assert_eq!(fresh.pull(1, 3), vec![-1.0; 3], "the checkpoint's value");
+    fresh.send(0, init.clone());
+    assert_eq!(fresh.replies()[0].command, Command::Reply, "init of restored keys is accepted");
+    assert_eq!(fresh.pull(2, 2), vec![5.0; 2], "and keeps the checkpoint's value");
+    fresh.send(0, Message::server_command(ServerCmd::SetOptimizer.id(), sgd.to_json().into()));
+    fresh.replies();
+    fresh.send(0, data(Command::Push, Flags::NONE, &[(1, vec![1.0; 3])]));
+    fresh.replies();
+    assert_eq!(fresh.pull(1, 3), vec![-2.5; 3], "the momentum came back with the checkpoint: m = 0.5·(−1) − 1");
+    fresh.send(0, init);
+    assert_eq!(fresh.replies()[0].error_code(), ErrorCode::DuplicateInit, "a second init is a duplicate again");
+    let mut wrong = harness(1);
+    wrong.core.restore(crate::ps::checkpoint::read_shard(&dir.join(&file.file)).unwrap()).unwrap();
+    let mut bad = data(Command::Push, Flags::INIT, &[(1, vec![0.0; 4])]);
+    bad.meta.text = r#"["w"]"#.into();
+    wrong.send(0, bad);
+    let refused = wrong.replies().remove(0);
+    assert_eq!(refused.error_code(), ErrorCode::ShapeMismatch);
+    assert!(refused.meta.text.contains("the checkpoint holds key w"), "{}", refused.meta.text);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

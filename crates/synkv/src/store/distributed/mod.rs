@@ -26,12 +26,14 @@
 //! it, asynchronous ones report it at the next wait.
 
 mod build;
+mod checkpoint;
 mod init;
 mod keys;
 mod ops;
 mod reply;
 mod states;
 
+pub use checkpoint::CheckpointInfo;
 pub use states::ServerStats;
 
 use std::future::Future;
@@ -73,6 +75,16 @@ pub(crate) struct DistStore {
     compression: Mutex<Option<GradientCompression>>,
     /// Longest text field of a frame (bounds the key names of an init message).
     max_text: usize,
+    /// Sync mode (not `dist_async`).
+    sync: bool,
+    /// `push`/`pushpull` calls so far (rounds), counted from the round the job resumed from.
+    push_calls: std::sync::atomic::AtomicU64,
+    /// `SYNKV_CHECKPOINT_DIR`.
+    checkpoint_dir: Option<std::path::PathBuf>,
+    /// The periodic checkpoints.
+    schedule: checkpoint::Schedule,
+    /// The round the job resumed from, when `SYNKV_CHECKPOINT_DIR` held a checkpoint.
+    resumed: Option<u64>,
 }
 
 /// Runs `fut` to completion on the store's runtime from a plain thread (from inside another
@@ -135,6 +147,7 @@ impl DistStore {
             .build()
             .map_err(DistError::from)?;
         let handle = rt.handle().clone();
+        let resumed = checkpoint::resumed(config)?;
         let transport = TcpTransport::new(config.limits);
         let worker = block(&handle, Worker::connect(&transport, config, CancellationToken::new()))?;
         let client = worker.client();
@@ -157,7 +170,17 @@ impl DistStore {
             registry: Mutex::new(Registry::default()),
             optimizer: Mutex::new(None),
             compression: Mutex::new(None),
+            sync: kind != StoreType::DistAsync,
+            push_calls: std::sync::atomic::AtomicU64::new(resumed.unwrap_or(0)),
+            checkpoint_dir: config.checkpoint_dir.clone(),
+            schedule: checkpoint::Schedule::new(config),
+            resumed,
         })
+    }
+
+    /// The round (rank 0's `push` calls) of the checkpoint the job resumed from, if it did.
+    pub(crate) fn resumed_round(&self) -> Option<u64> {
+        self.resumed
     }
 
     pub(crate) fn rank(&self) -> usize {
@@ -185,7 +208,7 @@ impl DistStore {
         for batch in ops::batches(items) {
             ops::schedule(&self.ctx, Kind::Push, batch, priority, compression);
         }
-        Ok(())
+        self.after_push()
     }
 
     /// Turns on gradient compression: later pushes of dense f32 keys travel as packed words,
@@ -305,7 +328,7 @@ impl DistStore {
         for batch in ops::batches(items) {
             ops::schedule(&self.ctx, Kind::PushPull, batch, priority, compression);
         }
-        Ok(())
+        self.after_push()
     }
 
     pub(crate) fn row_sparse_pull(&self, triples: Vec<(Key, &NDArray, Vec<i64>)>, priority: Priority) -> crate::Result<()> {
