@@ -57,6 +57,9 @@ pub(crate) struct DistArgs {
     /// The checkpoint directory (ckpt-train).
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
+    /// Elements of the big key, split over the servers (ckpt-train; a multiple of 1000).
+    #[arg(long, default_value_t = 1_200_000)]
+    big_elems: usize,
 }
 
 pub(crate) fn run(cmd: SelftestCommand) -> Result<()> {

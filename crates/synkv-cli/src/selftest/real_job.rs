@@ -188,7 +188,8 @@ pub(super) fn checkpoint_train(kv: &KVStore, args: &DistArgs) -> Result<()> {
     }
     println!("selftest {}: rank {rank} starts after round {from}", args.case);
     kv.set_optimizer(Optimizer::from(Sgd { momentum: 0.9, ..Sgd::default() }).with_learning_rate(0.1))?;
-    let shapes: [(&str, &[usize]); 2] = [("small", &[3, 5]), ("big", &[1200, 1000])];
+    let big = [args.big_elems.div_ceil(1000).max(1), 1000];
+    let shapes: [(&str, &[usize]); 2] = [("small", &[3, 5]), ("big", &big)];
     for (k, shape) in &shapes {
         kv.init(*k, &full(shape, 1.0, DType::F32))?;
     }

@@ -22,7 +22,7 @@ FAST = {"SYNKV_TIMEOUT_MS": "1000", "SYNKV_HEARTBEAT_INTERVAL_MS": "200", "SYNKV
 
 
 def env(**extra):
-    e = dict(os.environ, **FAST, **extra)
+    e = dict(os.environ, **{**FAST, **extra})
     e.pop("DMLC_ROLE", None)
     return e
 

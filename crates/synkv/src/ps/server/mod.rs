@@ -66,8 +66,9 @@ const FAREWELL: Duration = Duration::from_millis(200);
 /// Events queued for the core at most (their frames are bounded by the ingress budget).
 const EVENTS: usize = 1024;
 
-/// Restores server `rank`'s shard of the checkpoint in `dir`, if `dir` has one.
-fn restore(core: &mut Core, dir: &std::path::Path, rank: u32, config: &Config) -> Result<()> {
+/// Restores server `rank`'s shard of the checkpoint in `dir`, if `dir` has one (`started`:
+/// when the server started, for the log).
+fn restore(core: &mut Core, dir: &std::path::Path, rank: u32, config: &Config, started: std::time::Instant) -> Result<()> {
     let fail = |e: String| Error::InvalidArgument(format!("SYNKV_CHECKPOINT_DIR={}: {e}", dir.display()));
     let Some(manifest) = checkpoint::read_manifest(dir).map_err(|e| fail(e.to_string()))? else {
         tracing::info!("no checkpoint in {} yet: starting empty", dir.display());
@@ -80,14 +81,16 @@ fn restore(core: &mut Core, dir: &std::path::Path, rank: u32, config: &Config) -
         )));
     }
     let path = manifest.shard_path(dir, rank).ok_or_else(|| fail(format!("checkpoint {} has no shard for server {rank}", manifest.id)))?;
-    let started = std::time::Instant::now();
+    let reading = std::time::Instant::now();
     let shard = checkpoint::read_shard(&path).map_err(|e| fail(e.to_string()))?;
+    let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
     let parts = core.restore(shard).map_err(|e| fail(e.to_string()))?;
     tracing::warn!(
-        "restored checkpoint {} (round {}) from {}: {parts} key parts in {:.2} s",
+        "restored checkpoint {} (round {}) from {}: {parts} key parts, {bytes} bytes read and checked in {:.2} s; serving {:.2} s after the server started",
         manifest.id,
         manifest.round,
         path.display(),
+        reading.elapsed().as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
     Ok(())
@@ -167,6 +170,7 @@ impl Server {
 
     /// Joins the cluster advertising `listener`'s port and serves workers until shutdown.
     pub async fn run<T: Transport, L: Listener>(self, transport: &T, listener: L, shutdown: CancellationToken) -> Result<()> {
+        let started = std::time::Instant::now();
         let config = self.config;
         let addr = listener.local_addr()?;
         let port: u16 = addr
@@ -186,8 +190,12 @@ impl Server {
             page_bytes: usize::try_from(config.partition_bytes).unwrap_or(usize::MAX),
         };
         let mut core = Core::new(cluster.me().id, settings);
-        if let Some(dir) = &config.checkpoint_dir {
-            restore(&mut core, dir, cluster.rank(), &config)?;
+        if let Some(dir) = config.checkpoint_dir.clone() {
+            // Reading a large shard blocks: off the runtime, so heartbeats go on meanwhile.
+            let (rank, restore_config) = (cluster.rank(), config.clone());
+            core = tokio::task::spawn_blocking(move || restore(&mut core, &dir, rank, &restore_config, started).map(|()| core))
+                .await
+                .map_err(|e| Error::Io(std::io::Error::other(format!("restoring the checkpoint stopped: {e}"))))??;
         }
         let core_thread = std::thread::Builder::new().name("synkv-server".into()).spawn(move || core.run(events_rx))?;
 
