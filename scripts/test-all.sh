@@ -15,6 +15,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --workspace
 
+echo "== chaos (short; a new random seed each run, printed so a failure can be repeated)"
+cargo run -q -p synkv-cli -- chaos --kills 3 --rounds 60 --max-secs 300
+
 echo "== python (pytest)"
 bash scripts/test-python.sh
 

@@ -6,12 +6,16 @@
 //! - `synkv scheduler`, `synkv server` — run a cluster role from the `DMLC_*` environment;
 //! - `synkv launch -n W -s S [--launcher ssh -H hostfile] -- CMD…` — start a whole job, on
 //!   this host or over ssh;
+//! - `synkv chaos` — kill random processes of a dist job, restart it from its checkpoints,
+//!   check that every update counted exactly once;
 //! - `synkv selftest dist <case>` (hidden) — worker programs for the multi-process tests.
 
 mod bench;
+mod chaos;
 mod demo;
 mod dist_demo;
 mod launch;
+mod ports;
 mod rng;
 mod roles;
 mod selftest;
@@ -42,6 +46,9 @@ enum Command {
     Server,
     /// Start a scheduler, servers and workers: `synkv launch -n 2 -s 2 [--launcher ssh -H hosts] -- CMD…`.
     Launch(launch::LaunchArgs),
+    /// Kill random processes of a dist job and restart it from its checkpoints until it
+    /// finishes; check that no update was lost or counted twice.
+    Chaos(chaos::ChaosArgs),
     /// Worker programs for synkv's own multi-process tests.
     #[command(hide = true)]
     Selftest {
@@ -65,6 +72,7 @@ fn main() -> std::process::ExitCode {
         Command::Scheduler => roles::run(roles::RoleCommand::Scheduler),
         Command::Server => roles::run(roles::RoleCommand::Server),
         Command::Launch(args) => return launch::run(&args),
+        Command::Chaos(args) => chaos::run(&args),
         Command::Selftest { which } => selftest::run(which),
     };
     match result {

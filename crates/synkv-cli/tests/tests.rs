@@ -4,6 +4,7 @@
 
 mod util;
 
+mod chaos;
 mod checkpoints;
 mod demo_bench;
 mod dist_values;

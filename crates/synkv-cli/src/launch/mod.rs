@@ -180,8 +180,7 @@ pub(crate) fn run_job(spec: &JobSpec) -> Result<u8> {
 /// The local launcher's processes: everything on this host, the scheduler on 127.0.0.1.
 fn local_plan(spec: &JobSpec) -> Result<Vec<Planned>> {
     let (workers, servers) = (spec.workers, spec.servers);
-    let port =
-        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).context("finding a free port for the scheduler")?.port();
+    let port = crate::ports::free_port("127.0.0.1").context("finding a free port for the scheduler")?;
     let exe = std::env::current_exe().context("locating the synkv executable")?;
     let common = |cmd: &mut Command, role: &str, task: Option<u32>| {
         cmd.env("DMLC_ROLE", role)
@@ -270,10 +269,10 @@ fn ssh_plan(args: &LaunchArgs, spec: &JobSpec) -> Result<Vec<Planned>> {
 /// A free port on `host` (which must be this machine's, since the scheduler binds it).
 fn free_port(host: &str) -> Result<u16> {
     let addr = if host.contains(':') { format!("[{host}]:0") } else { format!("{host}:0") };
-    let listener = std::net::TcpListener::bind(&addr).with_context(|| {
+    std::net::TcpListener::bind(&addr).with_context(|| {
         format!("binding the scheduler's address {addr}: the scheduler runs on this host, so --root-uri (or DMLC_PS_ROOT_URI) must be one of this host's addresses")
     })?;
-    Ok(listener.local_addr()?.port())
+    crate::ports::free_port(host)
 }
 
 /// `--dry-run`: each process's command as a shell line, with `secret` replaced wherever it

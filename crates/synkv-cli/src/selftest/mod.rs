@@ -7,6 +7,7 @@
 //! with a message that says which key, which element, what was expected.
 
 mod cases;
+mod chaos;
 mod compression;
 mod real_job;
 mod sparse;
@@ -60,6 +61,12 @@ pub(crate) struct DistArgs {
     /// Elements of the big key, split over the servers (ckpt-train; a multiple of 1000).
     #[arg(long, default_value_t = 1_200_000)]
     big_elems: usize,
+    /// Seed of the random pauses (chaos).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Longest random pause before a round, in milliseconds (chaos).
+    #[arg(long, default_value_t = 0)]
+    max_delay_ms: u64,
 }
 
 pub(crate) fn run(cmd: SelftestCommand) -> Result<()> {
