@@ -56,6 +56,11 @@ pub(crate) struct ChaosArgs {
     /// `dist_sync` or `dist_async`.
     #[arg(long, default_value = "dist_sync")]
     store: String,
+    /// Hot replication (`SYNKV_SERVER_REPLICAS=1`, needs 2+ servers): every kill is of a
+    /// server, and the job must survive it without a restart (the backups take over) and
+    /// finish with every key exact.
+    #[arg(long)]
+    replicas: bool,
     /// Random seed (default: from the clock; printed, so a run can be repeated).
     #[arg(long)]
     seed: Option<u64>,
@@ -181,6 +186,9 @@ pub(crate) fn run(args: &ChaosArgs) -> Result<()> {
     if args.workers == 0 || args.servers == 0 || args.rounds == 0 || args.checkpoint_every == 0 {
         bail!("-n, -s, --rounds and --checkpoint-every must be at least 1");
     }
+    if args.replicas && args.servers < 2 {
+        bail!("--replicas needs at least 2 servers (-s 2): the backup copy lives on another server");
+    }
     if args.store != "dist_sync" && args.store != "dist_async" {
         bail!("--store {} is not dist_sync or dist_async", args.store);
     }
@@ -198,12 +206,13 @@ pub(crate) fn run(args: &ChaosArgs) -> Result<()> {
         }
     };
     eprintln!(
-        "chaos: seed {seed}, {} workers × {} servers, {} keys + 1 split key × {} rounds, {}, checkpoint every {} rounds, {} kills, in {}",
+        "chaos: seed {seed}, {} workers × {} servers, {} keys + 1 split key × {} rounds, {}{}, checkpoint every {} rounds, {} kills, in {}",
         args.workers,
         args.servers,
         args.keys,
         args.rounds,
         args.store,
+        if args.replicas { " with replicas (server kills, no restarts)" } else { "" },
         args.checkpoint_every,
         args.kills,
         dir.display()
@@ -274,6 +283,12 @@ pub(crate) fn run(args: &ChaosArgs) -> Result<()> {
             }
             // Finished before the kill came: another run from scratch, with a fresh directory.
             clear(dir)?;
+        } else if killed && args.replicas {
+            dump(&procs);
+            bail!(
+                "run {} did not finish after a server was killed, although replicas should have kept it going (output above)",
+                summary.runs.len()
+            );
         } else if !killed {
             dump(&procs);
             bail!("run {} failed without a kill (output above)", summary.runs.len());
@@ -325,9 +340,20 @@ fn one_run(
             dump(&procs);
             bail!("the job did not finish within --max-secs {} (output above)", args.max_secs);
         }
-        if killed_at.is_none() {
-            let failed = procs.iter_mut().find_map(|p| p.poll().is_some_and(|s| !s.success()).then(|| p.label.clone()));
+        if killed_at.is_none() || args.replicas {
+            let killed = report.killed.clone();
+            let failed = procs
+                .iter_mut()
+                .find_map(|p| (Some(&p.label) != killed.as_ref() && p.poll().is_some_and(|s| !s.success())).then(|| p.label.clone()));
             if let Some(label) = failed {
+                if killed_at.is_some() {
+                    std::thread::sleep(Duration::from_millis(500));
+                    dump(&procs);
+                    bail!(
+                        "{label} failed after {} was killed, although replicas should have kept the job going (output above)",
+                        killed.as_deref().unwrap_or("?")
+                    );
+                }
                 // Let the others report what they saw, then stop them.
                 std::thread::sleep(Duration::from_millis(500));
                 dump(&procs);
@@ -336,7 +362,8 @@ fn one_run(
         }
         if let (Some(at), None) = (kill_at, killed_at) {
             if started.elapsed() >= at {
-                let mut running: Vec<&mut Proc> = procs.iter_mut().filter(|p| p.status.is_none()).collect();
+                let mut running: Vec<&mut Proc> =
+                    procs.iter_mut().filter(|p| p.status.is_none() && (!args.replicas || p.label.starts_with("server"))).collect();
                 if !running.is_empty() {
                     let n = running.len() as u64;
                     let victim = &mut running[(pick % n) as usize];
@@ -347,7 +374,7 @@ fn one_run(
                 }
             }
         }
-        if let Some(k) = killed_at {
+        if let Some(k) = killed_at.filter(|_| !args.replicas) {
             if k.elapsed() > exit_bound() {
                 let hung: Vec<String> = procs.iter_mut().filter_map(|p| p.poll().is_none().then(|| p.label.clone())).collect();
                 dump(&procs);
@@ -392,6 +419,7 @@ fn start(args: &ChaosArgs, dir: &Path, seed: u64) -> Result<Vec<Proc>> {
             .env("MXNET_KVSTORE_BIGARRAY_BOUND", "1000")
             .env("SYNKV_CHECKPOINT_DIR", dir)
             .env("SYNKV_CHECKPOINT_INTERVAL", args.checkpoint_every.to_string())
+            .env("SYNKV_SERVER_REPLICAS", if args.replicas { "1" } else { "0" })
             .env_remove("DMLC_TASK_ID");
         if std::env::var_os("SYNKV_LOG").is_none() {
             cmd.env("SYNKV_LOG", "warn");

@@ -181,6 +181,8 @@ pub(crate) fn run(args: &DistDemoArgs) -> Result<()> {
             args.epochs.to_string(),
         ],
         grace: default_grace(),
+        env: Vec::new(),
+        servers_may_die: false,
         sink: sink(std::io::stdout().is_terminal()),
         notes: Arc::new(|note: &str| {
             if note.contains("status") || note.contains("could not") || note.contains("killing") || note.contains("interrupted") {

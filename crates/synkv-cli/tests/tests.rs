@@ -12,4 +12,5 @@ mod failures;
 mod launch;
 mod launch_ssh;
 mod real_job;
+mod replication;
 mod security;

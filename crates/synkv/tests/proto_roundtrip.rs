@@ -51,33 +51,36 @@ fn arb_message() -> impl Strategy<Value = Message> {
         any::<i32>(),
         proptest::collection::vec(arb_node(), 0..3),
         ".{0,30}",
-        (any::<bool>(), any::<bool>(), any::<u64>()),
+        (any::<bool>(), any::<bool>(), any::<u64>(), proptest::option::of(0u16..u16::MAX), any::<bool>()),
     )
-        .prop_map(|(command, flags, sender, request_id, keys, chunks, priority, head, nodes, text, (offsets, rounds, seed))| {
-            let total: u64 = chunks.iter().map(|c| c.data.len() as u64).sum();
-            // Key lengths partition the chunk bytes (all on the first key) when both exist.
-            let mut lens = vec![0; keys.len()];
-            if let Some(first) = lens.first_mut() {
-                *first = total;
-            }
-            // Per-key offsets and round ids, present or not (flags OFFSETS/ROUNDS on the wire).
-            let per_key = |on: bool, mul: u64| -> Vec<u64> {
-                if on && !keys.is_empty() {
-                    (0..keys.len() as u64).map(|i| seed.wrapping_mul(mul).wrapping_add(i)).collect()
-                } else {
-                    Vec::new()
+        .prop_map(
+            |(command, flags, sender, request_id, keys, chunks, priority, head, nodes, text, (offsets, rounds, seed, partition, retry))| {
+                let total: u64 = chunks.iter().map(|c| c.data.len() as u64).sum();
+                // Key lengths partition the chunk bytes (all on the first key) when both exist.
+                let mut lens = vec![0; keys.len()];
+                if let Some(first) = lens.first_mut() {
+                    *first = total;
                 }
-            };
-            let (offsets, rounds) = (per_key(offsets, 3), per_key(rounds, 7));
-            Message {
-                command,
-                flags: Flags::try_from(flags).unwrap(),
-                sender: NodeId(sender),
-                request_id,
-                meta: Meta { keys, lens, offsets, rounds, priority, head, nodes, text },
-                chunks,
-            }
-        })
+                // Per-key offsets and round ids, present or not (flags OFFSETS/ROUNDS on the wire).
+                let per_key = |on: bool, mul: u64| -> Vec<u64> {
+                    if on && !keys.is_empty() {
+                        (0..keys.len() as u64).map(|i| seed.wrapping_mul(mul).wrapping_add(i)).collect()
+                    } else {
+                        Vec::new()
+                    }
+                };
+                let (offsets, rounds) = (per_key(offsets, 3), per_key(rounds, 7));
+                Message {
+                    command,
+                    flags: Flags::try_from(flags | if retry { Flags::RETRY.bits() } else { 0 }).unwrap(),
+                    partition,
+                    sender: NodeId(sender),
+                    request_id,
+                    meta: Meta { keys, lens, offsets, rounds, priority, head, nodes, text },
+                    chunks,
+                }
+            },
+        )
 }
 
 proptest! {

@@ -86,6 +86,11 @@ pub(crate) struct LaunchArgs {
     /// are killed (default: SYNKV_HEARTBEAT_TIMEOUT_MS + 5 s).
     #[arg(long)]
     grace_secs: Option<f64>,
+    /// Backup copies of every server's partition on another server (0 or 1; sets
+    /// SYNKV_SERVER_REPLICAS for every process, default: that variable, else 0). With 1, a
+    /// server that dies is replaced by the backups and the job goes on (needs 2+ servers).
+    #[arg(long)]
+    replicas: Option<u32>,
     /// The worker command and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     command: Vec<String>,
@@ -108,6 +113,26 @@ pub(crate) struct JobSpec {
     pub(crate) grace: Duration,
     pub(crate) sink: Sink,
     pub(crate) notes: Notes,
+    /// Variables set for every process (besides the inherited environment).
+    pub(crate) env: Vec<(String, String)>,
+    /// Whether a server's death leaves the job running (replicas): the scheduler decides
+    /// whether the job goes on, and ends it if not.
+    pub(crate) servers_may_die: bool,
+}
+
+/// The replica count of a job: `--replicas`, else `SYNKV_SERVER_REPLICAS`, else 0.
+fn replicas(flag: Option<u32>) -> Result<u32> {
+    let n = match flag {
+        Some(n) => n,
+        None => match std::env::var("SYNKV_SERVER_REPLICAS") {
+            Ok(v) if !v.trim().is_empty() => v.trim().parse().with_context(|| format!("SYNKV_SERVER_REPLICAS={v:?} is not 0 or 1"))?,
+            _ => 0,
+        },
+    };
+    if n > 1 {
+        bail!("--replicas {n}: synkv keeps at most one backup copy of each partition; use 0 or 1");
+    }
+    Ok(n)
 }
 
 /// The `synkv launch` sink: every line prefixed with `[label] `, to stdout or stderr as the
@@ -142,8 +167,18 @@ fn launch(args: &LaunchArgs) -> Result<u8> {
         },
         sink: prefixing_sink(),
         notes: Arc::new(|note: &str| eprintln!("[launch] {note}")),
+        env: match args.replicas {
+            Some(n) => vec![("SYNKV_SERVER_REPLICAS".to_owned(), n.to_string())],
+            None => Vec::new(),
+        },
+        servers_may_die: replicas(args.replicas)? > 0,
     };
     check_counts(&spec)?;
+    if spec.servers_may_die && spec.servers < 2 {
+        bail!(
+            "--replicas 1 (or SYNKV_SERVER_REPLICAS=1) keeps each partition's copy on another server: it needs at least 2 servers (-s 2)"
+        );
+    }
     let plan = match args.launcher {
         LauncherKind::Local => {
             if args.hostfile.is_some() || args.root_uri.is_some() || args.root_port.is_some() || args.remote_synkv.is_some() {
@@ -189,6 +224,7 @@ fn local_plan(spec: &JobSpec) -> Result<Vec<Planned>> {
             .env("DMLC_NUM_SERVER", servers.to_string())
             .env("DMLC_NUM_WORKER", workers.to_string())
             .env("DMLC_JOB_CLUSTER", "local")
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .env_remove("DMLC_TASK_ID");
         if let Some(t) = task {
             cmd.env("DMLC_TASK_ID", t.to_string());
@@ -236,7 +272,11 @@ fn ssh_plan(args: &LaunchArgs, spec: &JobSpec) -> Result<Vec<Planned>> {
     let utf8 = |p: &std::path::Path, what: &str| {
         p.to_str().map(str::to_owned).with_context(|| format!("{what} {} is not valid UTF-8, so it cannot be sent over ssh", p.display()))
     };
-    let (env, secret) = ssh::forwarded_env(std::env::vars_os())?;
+    let (mut env, secret) = ssh::forwarded_env(std::env::vars_os())?;
+    for (k, v) in &spec.env {
+        env.retain(|(name, _)| name != k);
+        env.push((k.clone(), v.clone()));
+    }
     let job = ssh::SshJob {
         hosts: &hosts,
         ssh: std::env::var_os("SYNKV_SSH").filter(|s| !s.is_empty()).unwrap_or_else(|| OsString::from("ssh")),

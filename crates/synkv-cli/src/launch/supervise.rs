@@ -170,6 +170,13 @@ fn supervise(procs: &mut [Proc], interrupted: &AtomicBool, spec: &JobSpec) -> u8
             if p.killed {
                 continue; // our own kill, not a failure of the job
             }
+            if p.role == Part::Server && spec.servers_may_die {
+                note(&format!(
+                    "{} died; with replicas its partitions move to their backups and the job goes on (the scheduler ends it if it cannot)",
+                    p.label
+                ));
+                continue;
+            }
             let by_signal = status.code().is_none();
             let replace = match failed_now {
                 None => true,
@@ -282,6 +289,11 @@ mod tests {
     /// Runs `plan` with a 1 s grace period; returns the status, the launcher's notes and how
     /// long it took.
     fn run(plan: Vec<Planned>) -> (u8, Vec<String>, Duration) {
+        run_with(plan, false)
+    }
+
+    /// [`run`], with servers allowed to die (replicas) or not.
+    fn run_with(plan: Vec<Planned>, servers_may_die: bool) -> (u8, Vec<String>, Duration) {
         let notes = Arc::new(Mutex::new(Vec::new()));
         let sink_notes = Arc::clone(&notes);
         let spec = JobSpec {
@@ -291,6 +303,8 @@ mod tests {
             grace: Duration::from_secs(1),
             sink: Arc::new(|_: &str, _: bool, _: &[u8]| {}),
             notes: Arc::new(move |n: &str| sink_notes.lock().unwrap().push(n.to_owned())),
+            env: Vec::new(),
+            servers_may_die,
         };
         let started = Instant::now();
         let code = run_plan(plan, &spec);
@@ -335,6 +349,33 @@ mod tests {
             notes.iter().any(|n| n.starts_with("killing scheduler")) && notes.iter().any(|n| n.starts_with("killing server 0")),
             "{notes:?}"
         );
+        assert!(took < Duration::from_secs(20), "{took:?}");
+    }
+
+    #[test]
+    fn with_replicas_a_dead_server_does_not_stop_the_job_but_a_dead_scheduler_does() {
+        let plan = || {
+            vec![
+                sh("scheduler", Part::Scheduler, "sleep 0.8"),
+                sh("server 0", Part::Server, "kill -9 $$"),
+                sh("server 1", Part::Server, "sleep 0.8"),
+                sh("worker 0", Part::Worker, "sleep 0.8"),
+            ]
+        };
+        let (code, notes, _) = run_with(plan(), true);
+        assert_eq!(code, 0, "{notes:?}");
+        assert!(notes.iter().any(|n| n.contains("server 0 died; with replicas")), "{notes:?}");
+        assert!(!notes.iter().any(|n| n.contains("stopping the job")), "{notes:?}");
+        let (code, notes, _) = run_with(plan(), false);
+        assert_ne!(code, 0, "{notes:?}");
+        let failing = vec![
+            sh("scheduler", Part::Scheduler, "sleep 0.2; exit 1"),
+            sh("server 0", Part::Server, "kill -9 $$"),
+            sh("server 1", Part::Server, "exec sleep 60"),
+            sh("worker 0", Part::Worker, "exec sleep 60"),
+        ];
+        let (code, notes, took) = run_with(failing, true);
+        assert_eq!(code, 1, "{notes:?}");
         assert!(took < Duration::from_secs(20), "{took:?}");
     }
 

@@ -198,6 +198,7 @@ pub(super) fn checkpoint_train(kv: &KVStore, args: &DistArgs) -> Result<()> {
         // One push call per round (a round is one push call).
         let grads: Vec<NDArray> = shapes.iter().map(|(_, shape)| full(shape, (rank + 1) as f64, DType::F32)).collect();
         kv.push(keys.clone(), &grads)?;
+        println!("selftest {}: round {round} pushed", args.case);
         if args.sleep_secs > 0.0 {
             sleep(args.sleep_secs);
         }

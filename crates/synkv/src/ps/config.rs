@@ -67,6 +67,9 @@ pub struct Config {
     /// `SYNKV_CHECKPOINT_INTERVAL`: take a checkpoint every so many rounds (`push` calls) or
     /// seconds; `None` = only on demand.
     pub checkpoint_interval: Option<CheckpointInterval>,
+    /// `SYNKV_SERVER_REPLICAS`: backup copies of every partition on other servers (0 or 1).
+    /// With 1, a dead server's partitions move to their backups and the job goes on.
+    pub replicas: u32,
 }
 
 /// How often the workers take a checkpoint (`SYNKV_CHECKPOINT_INTERVAL`).
@@ -225,6 +228,14 @@ impl Config {
                 Some(parsed)
             }
         };
+        let replicas = number::<u32>(get, "SYNKV_SERVER_REPLICAS", Some(0), (0, 1), "0 or 1")?.unwrap_or(0);
+        if replicas > 0 && num_servers < 2 {
+            return Err(err(
+                "SYNKV_SERVER_REPLICAS",
+                format!("{replicas} needs another server to keep the copy, but DMLC_NUM_SERVER is {num_servers}"),
+                "0, or at least 2 servers",
+            ));
+        }
         Ok(Config {
             role,
             root_uri,
@@ -244,6 +255,7 @@ impl Config {
             partition_bytes,
             checkpoint_dir,
             checkpoint_interval,
+            replicas,
         })
     }
 

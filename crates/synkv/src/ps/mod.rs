@@ -14,6 +14,8 @@
 //!   join, ranks, barriers, failure notification, finish.
 //! - [`slicer`] — where keys live: ps keys (int keys, FNV-1a for str keys), the server of a
 //!   small key, the slices of a big one.
+//! - [`topology`] — which live server holds each partition and its backup copy
+//!   (`SYNKV_SERVER_REPLICAS`).
 //! - [`codec`] — array buffers ↔ chunk bytes.
 //! - [`server`] — [`Server`]: key shards, sync rounds, the optimizer, [`ServerCmd`]s.
 //! - [`worker`] — [`Worker`]: a worker's membership and its [`Client`] connections to every
@@ -35,6 +37,7 @@ pub mod proto;
 pub mod scheduler;
 pub mod server;
 pub mod slicer;
+pub mod topology;
 pub mod transport;
 pub mod worker;
 
@@ -45,6 +48,7 @@ pub use error::{AuthError, ConfigError, Error};
 pub use node::{Group, Node, NodeId, ParseRoleError, Rank, Role, UnknownRole};
 pub use scheduler::Scheduler;
 pub use server::{Server, ServerCmd};
+pub use topology::Topology;
 pub use transport::{Connection, Listener, MemTransport, TcpTransport, Transport};
 pub use worker::{wait_each, Client, Worker};
 

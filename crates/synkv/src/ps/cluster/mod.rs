@@ -239,8 +239,26 @@ impl Cluster {
 
     /// The ranks of the workers that finished so far, updated as the scheduler reports them.
     pub fn done_workers(&self) -> watch::Receiver<BTreeSet<Rank>> {
+        self.watch_status(|s| s.done_workers.clone())
+    }
+
+    /// The ranks of the servers that died and whose partitions moved to their backups
+    /// (`Failover`, with `SYNKV_SERVER_REPLICAS=1`), in the order the scheduler announced them.
+    pub fn dead_servers(&self) -> watch::Receiver<Vec<Rank>> {
+        self.watch_status(|s| s.dead_servers.clone())
+    }
+
+    /// Server: tells the scheduler its backup copy of `partition` is complete.
+    pub async fn replica_ready(&self, partition: u32) -> Result<()> {
+        let mut m = Message::new(Command::ReplicaReady);
+        m.meta.head = i32::try_from(partition).unwrap_or(i32::MAX);
+        self.send(m).await
+    }
+
+    /// A watch of one part of the status, updated when it changes.
+    fn watch_status<T: PartialEq + Send + Sync + 'static>(&self, part: fn(&shared::Status) -> T) -> watch::Receiver<T> {
         let mut status = self.shared.status.subscribe();
-        let (tx, rx) = watch::channel(status.borrow().done_workers.clone());
+        let (tx, rx) = watch::channel(part(&status.borrow()));
         let stop = self.stop.clone();
         self.tracker.spawn(async move {
             loop {
@@ -249,10 +267,10 @@ impl Cluster {
                     () = stop.cancelled() => return,
                     () = tx.closed() => return,
                 }
-                let done = status.borrow_and_update().done_workers.clone();
+                let now = part(&status.borrow_and_update());
                 tx.send_if_modified(|d| {
-                    let changed = *d != done;
-                    *d = done;
+                    let changed = *d != now;
+                    *d = now;
                     changed
                 });
             }

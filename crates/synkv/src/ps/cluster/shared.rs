@@ -48,6 +48,8 @@ pub(super) struct Status {
     pub(super) done_workers: BTreeSet<Rank>,
     /// The round of the next periodic checkpoint, as rank 0 announced it (`CheckpointAt`).
     pub(super) checkpoint_at: Option<u64>,
+    /// Servers that died and failed over to their backups, in the announced order.
+    pub(super) dead_servers: Vec<Rank>,
 }
 
 #[derive(Debug)]
@@ -147,6 +149,19 @@ impl Shared {
                 }
                 Ok(node) => tracing::warn!("ignoring NodeDone for {node}, which is not a worker"),
                 Err(e) => tracing::warn!("ignoring a malformed NodeDone: {e}"),
+            },
+            Command::Failover => match msg.single_node() {
+                Ok(node) if node.role == Role::Server => {
+                    let rank = node.rank.unwrap_or(u32::MAX);
+                    tracing::warn!("{node} died ({}); its partitions moved to their backups", msg.meta.text);
+                    self.status.send_modify(|s| {
+                        if !s.dead_servers.contains(&rank) {
+                            s.dead_servers.push(rank);
+                        }
+                    });
+                }
+                Ok(node) => tracing::warn!("ignoring Failover for {node}, which is not a server"),
+                Err(e) => tracing::warn!("ignoring a malformed Failover: {e}"),
             },
             Command::CheckpointAt => {
                 let at = msg.request_id;

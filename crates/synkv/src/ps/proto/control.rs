@@ -52,6 +52,14 @@ impl Message {
         m
     }
 
+    /// `Failover`: server `node` died and its partitions moved to their backups.
+    pub fn failover(node: Node, reason: &str) -> Message {
+        let mut m = Message::new(Command::Failover).with_sender(NodeId::SCHEDULER);
+        m.meta.nodes.push(node);
+        m.meta.text = reason.to_owned();
+        m
+    }
+
     /// `Error` answering request `request_id` (code [`ErrorCode::Other`]).
     pub fn error(request_id: u64, text: impl Into<String>) -> Message {
         Message::coded_error(request_id, ErrorCode::Other, text)
@@ -107,7 +115,7 @@ impl Message {
         m
     }
 
-    /// The single node of a `Register`, `NodeDead` or `NodeDone`.
+    /// The single node of a `Register`, `NodeDead`, `NodeDone` or `Failover`.
     pub fn single_node(&self) -> Result<&Node, DecodeError> {
         match self.meta.nodes.as_slice() {
             [node] => Ok(node),

@@ -172,6 +172,7 @@ pub fn parse(frame: Bytes, limits: &Limits) -> Result<Message, DecodeError> {
         flags: header.flags.without(Flags::OFFSETS.with(Flags::ROUNDS)),
         sender: header.sender,
         request_id: header.request_id,
+        partition: header.partition,
         meta: Meta { keys, lens, offsets, rounds, priority, head, nodes, text },
         chunks,
     })

@@ -9,7 +9,7 @@ use crate::ps::node::NodeId;
 /// The four bytes every frame starts with.
 pub const MAGIC: [u8; 4] = *b"SKV1";
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 /// Size of the fixed header in bytes.
 pub const HEADER_LEN: usize = 40;
 /// [`HEADER_LEN`] as a `u64`, for length arithmetic.
@@ -61,11 +61,19 @@ pub enum Command {
     NodeDone,
     /// Worker rank 0 → scheduler → every worker: take a checkpoint at round (request id).
     CheckpointAt,
+    /// Server → server: a partition's change (an init, a completed round, an async push, a
+    /// command, a snapshot) for its backup copy; answered with a `Reply` once queued.
+    Replicate,
+    /// Scheduler → node: a server died and its partitions moved to their backups; carries
+    /// the dead server and a reason.
+    Failover,
+    /// Server → scheduler: this server's backup copy of partition `head` is complete.
+    ReplicaReady,
 }
 
 impl Command {
     /// Every command, for tests and documentation.
-    pub const ALL: [Command; 20] = [
+    pub const ALL: [Command; 23] = [
         Command::Register,
         Command::NodeList,
         Command::Barrier,
@@ -86,6 +94,9 @@ impl Command {
         Command::Notice,
         Command::NodeDone,
         Command::CheckpointAt,
+        Command::Replicate,
+        Command::Failover,
+        Command::ReplicaReady,
     ];
 
     /// The wire code.
@@ -111,6 +122,9 @@ impl Command {
             Command::Notice => 21,
             Command::NodeDone => 22,
             Command::CheckpointAt => 23,
+            Command::Replicate => 24,
+            Command::Failover => 25,
+            Command::ReplicaReady => 26,
         }
     }
 }
@@ -144,8 +158,12 @@ impl Flags {
     /// The meta section carries each key's round id (the sender's push count of that key
     /// part), so a retried or duplicated push is refused instead of applied twice.
     pub const ROUNDS: Flags = Flags(0x20);
+    /// A request sent again to the server that took over a dead server's partition: a push
+    /// it already applied (through the dead server's replication) is acknowledged, not
+    /// refused as a duplicate.
+    pub const RETRY: Flags = Flags(0x40);
     /// Every bit this version understands.
-    pub const KNOWN: Flags = Flags(0x3F);
+    pub const KNOWN: Flags = Flags(0x7F);
 
     /// The raw bits.
     pub const fn bits(self) -> u16 {
@@ -191,6 +209,10 @@ pub struct Header {
     pub sender: NodeId,
     /// Request id; replies echo it.
     pub request_id: u64,
+    /// The server partition a data request is about (`None` on the wire as 0, partition `p`
+    /// as `p + 1`): the rank of the server whose key parts it names, which is another server
+    /// once that one died and its backup took over.
+    pub partition: Option<u16>,
     /// Number of keys in the meta section.
     pub key_count: u32,
     /// Number of chunks after the meta section.
@@ -226,14 +248,12 @@ impl Header {
         }
         let command = Command::try_from(le_u16(buf, 6))?;
         let flags = Flags::try_from(le_u16(buf, 8))?;
-        if le_u16(buf, 10) != 0 {
-            return Err(DecodeError::NonZeroPadding { field: "reserved header field" });
-        }
         let header = Header {
             command,
             flags,
             sender: NodeId(le_u32(buf, 12)),
             request_id: le_u64(buf, 16),
+            partition: le_u16(buf, 10).checked_sub(1),
             key_count: le_u32(buf, 24),
             chunk_count: le_u32(buf, 28),
             body_len: le_u64(buf, 32),
@@ -267,7 +287,7 @@ impl Header {
         out.put_u16_le(PROTOCOL_VERSION);
         out.put_u16_le(self.command.code());
         out.put_u16_le(self.flags.bits());
-        out.put_u16_le(0);
+        out.put_u16_le(self.partition.map_or(0, |p| p.saturating_add(1)));
         out.put_u32_le(self.sender.0);
         out.put_u64_le(self.request_id);
         out.put_u32_le(self.key_count);

@@ -159,6 +159,8 @@ pub struct Message {
     pub sender: NodeId,
     /// Request id (replies echo it).
     pub request_id: u64,
+    /// The server partition a data request is about (see [`Header::partition`]).
+    pub partition: Option<u16>,
     /// The meta section.
     pub meta: Meta,
     /// Tensor chunks.
@@ -188,7 +190,15 @@ fn usize_u64(n: usize) -> u64 {
 impl Message {
     /// A message with no keys, chunks or text.
     pub fn new(command: Command) -> Message {
-        Message { command, flags: Flags::NONE, sender: NodeId::NONE, request_id: 0, meta: Meta::default(), chunks: Vec::new() }
+        Message {
+            command,
+            flags: Flags::NONE,
+            sender: NodeId::NONE,
+            request_id: 0,
+            partition: None,
+            meta: Meta::default(),
+            chunks: Vec::new(),
+        }
     }
 
     /// Zero bytes that follow a chunk of `len` bytes on the wire (0–7).
@@ -260,6 +270,7 @@ impl Message {
             flags,
             sender: self.sender,
             request_id: self.request_id,
+            partition: self.partition,
             key_count,
             chunk_count,
             body_len: body,

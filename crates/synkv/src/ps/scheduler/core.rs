@@ -14,6 +14,14 @@
 //! waiting for its pushes in sync rounds), and worker barriers count it as arrived. Training
 //! with uneven epochs therefore ends cleanly instead of hanging (MXNet hangs).
 //!
+//! **Server failover** (`SYNKV_SERVER_REPLICAS=1`). When a server dies and every partition
+//! it holds has a complete backup copy on a live server ([`Topology`]), the job goes on: every
+//! node is told `Failover` (not `NodeDead`), workers send the dead server's requests to the
+//! new holders, and servers promote their copies and send copies to new backups. A partition
+//! whose backup changed is *unprotected* until its new backup reports `ReplicaReady`; the
+//! death of a server holding an unprotected partition, or of the last server, ends the job
+//! with `NodeDead` as without replicas.
+//!
 //! **Barriers** are idempotent per request: a node's barrier request id that is already
 //! waiting is ignored, and one that was already released is released again (a retry after a
 //! lost reply), never counted twice.
@@ -26,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 use super::ranks::assign_ranks;
 use crate::ps::node::{Group, Node, NodeId, Role};
 use crate::ps::proto::{Command, Message};
+use crate::ps::topology::Topology;
 use crate::ps::transport::Outbox;
 use crate::ps::{Config, Error, Result};
 
@@ -79,6 +88,10 @@ pub(super) struct Core {
     barriers: HashMap<Group, BTreeMap<NodeId, u64>>,
     /// Per (group, node), the request id of the last barrier released.
     released: HashMap<(Group, NodeId), u64>,
+    /// Which live server holds each partition and its backup (replicas).
+    topology: Topology,
+    /// Partitions whose backup copy is being rebuilt after a failover.
+    unprotected: BTreeSet<u32>,
 }
 
 impl Core {
@@ -86,7 +99,6 @@ impl Core {
         let me = config.scheduler_node();
         let deadline = now + config.timeout;
         Core {
-            config,
             me,
             phase: Phase::Registering,
             deadline,
@@ -94,6 +106,10 @@ impl Core {
             done: BTreeSet::new(),
             barriers: HashMap::new(),
             released: HashMap::new(),
+            topology: Topology::new(config.num_servers),
+            // Every backup copy starts empty and is complete once its first snapshot arrived.
+            unprotected: if config.replicas > 0 { (0..config.num_servers).collect() } else { BTreeSet::new() },
+            config,
         }
     }
 
@@ -122,7 +138,7 @@ impl Core {
 
     fn expected(&self, role: Role) -> u32 {
         match role {
-            Role::Server => self.config.num_servers,
+            Role::Server => u32::try_from(self.topology.live().count()).unwrap_or(u32::MAX),
             Role::Worker => self.config.num_workers,
             Role::Scheduler => 0,
         }
@@ -204,6 +220,13 @@ impl Core {
                 let at = msg.request_id;
                 tracing::info!("a checkpoint at round {at}, announced by {node}");
                 self.broadcast(|p| (p.node.role == Role::Worker).then(|| Message::new(Command::CheckpointAt).with_request_id(at)));
+                return Outcome::Continue;
+            }
+            Command::ReplicaReady if node.role == Role::Server && self.phase == Phase::Running => {
+                let partition = u32::try_from(msg.meta.head).unwrap_or(u32::MAX);
+                if node.rank.is_some() && self.topology.backup(partition) == node.rank && self.unprotected.remove(&partition) {
+                    tracing::info!("partition {partition} has a complete backup again, on {node}");
+                }
                 return Outcome::Continue;
             }
             Command::Shutdown if node.role == Role::Worker && self.phase == Phase::Running => {
@@ -311,9 +334,43 @@ impl Core {
             tracing::warn!("forgetting {node} before rendezvous: {reason}");
             return Outcome::Continue;
         }
+        if let Some(outcome) = self.fail_over(&node, &reason) {
+            return outcome;
+        }
         tracing::error!("{node} is dead: {reason}; telling every survivor");
         self.broadcast(|_| Some(Message::node_dead(node.clone(), &reason)));
         Outcome::Done(Err(Error::LostPeer { node, reason }))
+    }
+
+    /// With replicas, a dead server whose partitions all have complete backups fails over:
+    /// every survivor is told `Failover` and the job goes on. `None` when it cannot.
+    fn fail_over(&mut self, node: &Node, reason: &str) -> Option<Outcome> {
+        let rank = node.rank?;
+        if self.config.replicas == 0 || node.role != Role::Server || !self.topology.alive(rank) {
+            return None;
+        }
+        let held = self.topology.held_by(rank);
+        if let Some(p) = held.iter().find(|p| self.unprotected.contains(p) || self.topology.backup(**p).is_none()) {
+            tracing::error!("{node} held partition {p}, which has no complete backup: the job cannot go on");
+            return None;
+        }
+        let before: Vec<Option<u32>> = (0..self.config.num_servers).map(|p| self.topology.backup(p)).collect();
+        self.topology.kill(rank);
+        for (p, was) in before.into_iter().enumerate() {
+            let p = u32::try_from(p).unwrap_or(u32::MAX);
+            if self.topology.backup(p) != was {
+                self.unprotected.insert(p);
+            }
+        }
+        tracing::warn!(
+            "{node} is dead: {reason}; its partitions {held:?} fail over to their backups (servers left: {:?}; partitions without a complete backup until copied: {:?})",
+            self.topology.live().collect::<Vec<_>>(),
+            self.unprotected
+        );
+        let text = format!("{reason}; its partitions moved to their backups");
+        self.broadcast(|_| Some(Message::failover(node.clone(), &text)));
+        self.release_ready_barriers();
+        Some(Outcome::Continue)
     }
 
     /// Liveness and rendezvous deadlines.

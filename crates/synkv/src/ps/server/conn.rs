@@ -1,8 +1,11 @@
-//! One worker connection to a server: authenticate, then relay requests to the core while a
-//! writer task drains the connection's outbox.
+//! One connection to a server: authenticate, then relay requests to the core while a writer
+//! task drains the connection's outbox.
 //!
-//! Every message must come from one worker: its header's sender id must be a worker id of
-//! this cluster, the same for the whole connection. A malformed frame, a failed handshake or
+//! Every message must come from one node: its header's sender id must be a worker (or, for a
+//! replication link, a server) of this cluster, the same for the whole connection and the
+//! role it authenticated as. Workers send data requests and commands; a server sends
+//! `Replicate` messages for the partition copies this server keeps (`SYNKV_SERVER_REPLICAS`),
+//! each acknowledged once it is queued for the core (`link.rs` says why that is enough). A malformed frame, a failed handshake or
 //! a foreign sender closes this connection only, after an `Error` reply where the connection
 //! still allows one (mini-redis's rule); an unknown command gets an `Error` reply and the
 //! connection stays open.
@@ -45,8 +48,8 @@ impl ConnTask {
             r = auth::accept(&mut self.conn, self.config.secret.as_ref(), handshake) => r,
             () = self.token.cancelled() => return,
         };
-        match proven {
-            Ok(None | Some(Role::Worker)) => {}
+        let authed = match proven {
+            Ok(role @ (None | Some(Role::Worker | Role::Server))) => role,
             Ok(Some(role)) => {
                 let text = format!("a {role} cannot send data requests to a server");
                 let _ = tokio::time::timeout(handshake, self.conn.write_message(&Message::error(0, text))).await;
@@ -57,7 +60,7 @@ impl ConnTask {
                 tracing::warn!("closing connection from {peer}: {e}");
                 return;
             }
-        }
+        };
         let ConnTask { id, conn, config, events, token, tracker, ingress } = self;
         let (mut reader, mut writer) = conn.into_split();
         writer.set_stall_timeout(Some(config.timeout));
@@ -79,7 +82,7 @@ impl ConnTask {
             }
             writer_token.cancel();
         });
-        let mut worker: Option<Rank> = None;
+        let mut who: Option<(Role, Rank)> = None;
         loop {
             // Answers this worker has not read yet hold back its next request (TCP pushes
             // back on it): its memory on this server stays bounded, and an honest worker,
@@ -103,7 +106,7 @@ impl ConnTask {
                     break;
                 }
             };
-            let rank = match sender_rank(&msg, config.num_workers, worker) {
+            let (role, rank) = match sender_of(&msg, &config, who, authed) {
                 Ok(r) => r,
                 Err(text) => {
                     tracing::warn!("closing connection from {peer}: {text}");
@@ -111,21 +114,29 @@ impl ConnTask {
                     break;
                 }
             };
-            worker = Some(rank);
-            match msg.command {
-                Command::Push | Command::Pull | Command::PushPull | Command::ServerCommand => {
-                    let ev = Event::Request { conn: id, worker: rank, msg, admission };
-                    let sent = tokio::select! {
-                        s = events.send(ev) => s,
-                        () = token.cancelled() => break,
-                    };
-                    if sent.is_err() {
-                        break;
-                    }
+            who = Some((role, rank));
+            let (ev, ack) = match (role, msg.command) {
+                (Role::Worker, Command::Push | Command::Pull | Command::PushPull | Command::ServerCommand) => {
+                    (Event::Request { conn: id, worker: rank, msg, admission }, None)
                 }
-                other => {
-                    let _ = outbox.try_send(Message::error(msg.request_id, format!("a server does not accept {other:?}")));
+                (Role::Server, Command::Replicate) => {
+                    let ack = super::link::ack(&msg);
+                    (Event::Replicate { msg, admission }, Some(ack))
                 }
+                (_, other) => {
+                    let _ = outbox.try_send(Message::error(msg.request_id, format!("a server does not accept {other:?} from a {role}")));
+                    continue;
+                }
+            };
+            let sent = tokio::select! {
+                s = events.send(ev) => s,
+                () = token.cancelled() => break,
+            };
+            if sent.is_err() {
+                break;
+            }
+            if let Some(ack) = ack {
+                let _ = outbox.try_send(ack);
             }
         }
         let _ = events.send(Event::Closed { conn: id }).await;
@@ -134,12 +145,27 @@ impl ConnTask {
     }
 }
 
-/// The worker rank a message comes from; it must be the same for the whole connection.
-fn sender_rank(msg: &Message, num_workers: u32, seen: Option<Rank>) -> Result<Rank, String> {
-    match (msg.sender.role_rank(), seen) {
-        (Some((Role::Worker, r)), None) if r < num_workers => Ok(r),
-        (Some((Role::Worker, r)), Some(s)) if r == s => Ok(r),
-        (_, Some(s)) => Err(format!("sender id {} on a connection of worker rank {s}", msg.sender)),
-        _ => Err(format!("sender id {} is not a worker of this cluster ({num_workers} workers)", msg.sender)),
+/// The node a message comes from: a worker, or a server (a replication link); the same for
+/// the whole connection, and of the role the connection authenticated as.
+fn sender_of(msg: &Message, config: &Config, seen: Option<(Role, Rank)>, authed: Option<Role>) -> Result<(Role, Rank), String> {
+    let sender = msg.sender.role_rank();
+    match (sender, seen) {
+        (Some(s), Some(prev)) if s == prev => return Ok(s),
+        (_, Some((role, rank))) => return Err(format!("sender id {} on a connection of {role} rank {rank}", msg.sender)),
+        _ => {}
+    }
+    let (role, rank) = match sender {
+        Some((Role::Worker, r)) if r < config.num_workers => (Role::Worker, r),
+        Some((Role::Server, r)) if r < config.num_servers => (Role::Server, r),
+        _ => {
+            return Err(format!(
+                "sender id {} is not a worker of this cluster ({} workers) or one of its servers",
+                msg.sender, config.num_workers
+            ))
+        }
+    };
+    match authed {
+        Some(a) if a != role => Err(format!("a connection authenticated as a {a} sends as {role} rank {rank}")),
+        _ => Ok((role, rank)),
     }
 }

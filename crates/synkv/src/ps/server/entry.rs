@@ -41,6 +41,15 @@ pub(super) enum Checked {
     Rows(Vec<i64>, Chunk),
 }
 
+/// What a round did to a dense entry, for its replication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Applied {
+    /// The value became the sum ([`Entry::value_chunk`] is what to send).
+    Assign,
+    /// The updater ran on the sum ([`Entry::sum_chunk`] is what to send).
+    Update,
+}
+
 /// One push of a dense entry, not summed yet: its values, or its packed words.
 pub(super) enum Part {
     Raw(Chunk),
@@ -290,8 +299,15 @@ impl Entry {
     }
 
     /// Applies a round of dense pushes: `held` (not summed yet) plus, if `accumulated`, the
-    /// accumulator; then the updater, or `value := sum` without one.
-    pub(super) fn finish_dense(&mut self, held: Vec<Part>, accumulated: bool, updater: Option<&mut Updater>) -> Result<(), ServerError> {
+    /// accumulator; then the updater, or `value := sum` without one. A backup copy applies the
+    /// same function to the one part its primary sends (the sum, or the new value), which
+    /// gives the same bits.
+    pub(super) fn finish_dense(
+        &mut self,
+        held: Vec<Part>,
+        accumulated: bool,
+        updater: Option<&mut Updater>,
+    ) -> Result<Applied, ServerError> {
         let dtype = self.value.dtype();
         let cdt = compute_dtype(dtype);
         let codec_fail = |name: &str, e: String| ServerError::invalid(format!("updating key {name}: {e}"));
@@ -299,7 +315,9 @@ impl Entry {
             // Assign: the pushes are summed straight into the value in one pass.
             let chunks: Vec<Chunk> = held.into_iter().filter_map(|p| if let Part::Raw(c) = p { Some(c) } else { None }).collect();
             let name = self.name.clone();
-            return codec::sum_chunks_into(self.value_mut(true), &chunks).map_err(|e| codec_fail(&name, e.to_string()));
+            return codec::sum_chunks_into(self.value_mut(true), &chunks)
+                .map(|()| Applied::Assign)
+                .map_err(|e| codec_fail(&name, e.to_string()));
         }
         let mut acc = self.take_scratch(cdt);
         if let Err(e) = add_parts(&mut acc, &held, !accumulated) {
@@ -311,11 +329,11 @@ impl Entry {
             None if cdt == dtype => {
                 // The accumulator becomes the value; the old value the next accumulator.
                 std::mem::swap(self.value_mut(true), &mut acc);
-                Ok(())
+                Ok(Applied::Assign)
             }
             None => {
                 self.value_mut(true).assign_cast(&acc);
-                Ok(())
+                Ok(Applied::Assign)
             }
             Some(u) => {
                 let cast;
@@ -327,7 +345,7 @@ impl Entry {
                 };
                 let (name, state_key) = (self.name.clone(), self.state_key.clone());
                 match (weight_mut(self.value_mut(false)), grad_ref(grad)) {
-                    (Ok(w), Ok(g)) => u.update_as(&name, &state_key, w, g).map_err(|e| optimizer_error(&name, e)),
+                    (Ok(w), Ok(g)) => u.update_as(&name, &state_key, w, g).map(|()| Applied::Update).map_err(|e| optimizer_error(&name, e)),
                     (Err(e), _) | (_, Err(e)) => Err(e),
                 }
             }
@@ -337,14 +355,21 @@ impl Entry {
     }
 
     /// Applies a round of row_sparse pushes: the updater on their sum, or `value := sum`
-    /// (rows absent from the sum become zero) without one.
-    pub(super) fn finish_rows(&mut self, parts: Vec<RowSparse>, updater: Option<&mut Updater>) -> Result<(), ServerError> {
+    /// (rows absent from the sum become zero) without one. With `keep`, returns the sum (in
+    /// the compute dtype) for the backup copy, which applies it as the one part of a round.
+    pub(super) fn finish_rows(
+        &mut self,
+        parts: Vec<RowSparse>,
+        updater: Option<&mut Updater>,
+        keep: bool,
+    ) -> Result<Option<RowSparse>, ServerError> {
         let dtype = self.value.dtype();
         let row_len = self.row_len.unwrap_or(1);
         let rows = self.rows();
         let storages: Vec<Storage> = parts.into_iter().map(Storage::RowSparse).collect();
         let refs: Vec<&Storage> = storages.iter().collect();
         let sum = sparse::sum_row_sparse(&refs, rows, row_len, compute_dtype(dtype));
+        let kept = keep.then(|| sum.clone());
         let data = if sum.data.dtype() == dtype { sum.data } else { sum.data.cast(dtype) };
         match updater {
             None => {
@@ -355,14 +380,29 @@ impl Entry {
                     let id = usize::try_from(id).unwrap_or(0);
                     value.copy_range_from(id * row_len, &data, i * row_len, row_len);
                 }
-                Ok(())
+                Ok(kept)
             }
             Some(u) => {
                 let (name, state_key) = (self.name.clone(), self.state_key.clone());
                 let w = weight_mut(self.value_mut(false))?;
-                u.update_row_sparse_as(&name, &state_key, w, row_len, &sum.indices, grad_ref(&data)?).map_err(|e| optimizer_error(&name, e))
+                u.update_row_sparse_as(&name, &state_key, w, row_len, &sum.indices, grad_ref(&data)?)
+                    .map(|()| kept)
+                    .map_err(|e| optimizer_error(&name, e))
             }
         }
+    }
+
+    /// The sum of the last dense round (the accumulator, in the compute dtype), as a chunk for
+    /// the backup copy; `None` if no round summed into it.
+    pub(super) fn sum_chunk(&self) -> Option<Chunk> {
+        let acc = self.scratch.as_ref()?;
+        Some(codec::range_to_chunk(acc, 0, acc.len()))
+    }
+
+    /// The value's dtype and the dtype sums are computed in.
+    pub(super) fn dtypes(&self) -> (DType, DType) {
+        let dtype = self.value.dtype();
+        (dtype, compute_dtype(dtype))
     }
 
     /// The accumulator kept from the last round, if it has `dtype` and the value's length,

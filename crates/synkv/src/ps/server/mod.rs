@@ -39,12 +39,15 @@ mod entry;
 mod error;
 #[cfg(any(fuzzing, test))]
 pub mod fuzz;
+mod link;
+mod partition;
 mod round;
 mod states;
 #[cfg(test)]
 mod tests;
 mod value;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,7 +58,9 @@ use tokio_util::task::TaskTracker;
 use self::conn::ConnTask;
 use self::core::{Core, Event, Settings};
 use super::checkpoint;
+use super::node::Role;
 use super::proto::Message;
+use super::topology::Topology;
 use super::transport::{accept_loop, Ingress, Listener, Transport};
 use super::{Cluster, Config, Error, Result};
 
@@ -188,8 +193,13 @@ impl Server {
             held_budget: usize::try_from(config.held_bytes()).unwrap_or(usize::MAX),
             straggler_warn: config.straggler_warn,
             page_bytes: usize::try_from(config.partition_bytes).unwrap_or(usize::MAX),
+            replicas: config.replicas > 0,
         };
         let mut core = Core::new(cluster.me().id, settings);
+        let (ready_tx, ready_rx) = mpsc::unbounded_channel();
+        if config.replicas > 0 {
+            core.report_ready(ready_tx);
+        }
         if let Some(dir) = config.checkpoint_dir.clone() {
             // Reading a large shard blocks: off the runtime, so heartbeats go on meanwhile.
             let (rank, restore_config) = (cluster.rank(), config.clone());
@@ -247,9 +257,26 @@ impl Server {
             }
         });
 
+        let replication = async {
+            if config.replicas > 0 {
+                let (lost_tx, lost_rx) = mpsc::unbounded_channel();
+                let links = Links {
+                    transport,
+                    config: &config,
+                    cluster: &cluster,
+                    events: events_tx.clone(),
+                    lost: lost_tx,
+                    stop: conns.clone(),
+                    tracker: &tracker,
+                };
+                links.supervise(ready_rx, lost_rx).await?;
+            }
+            std::future::pending::<Result<()>>().await
+        };
         let outcome = tokio::select! {
             r = cluster.wait_shutdown() => r,
             () = shutdown.cancelled() => Ok(()),
+            r = replication => r,
         };
         match &outcome {
             Ok(()) => tracing::info!("{} shutting down", cluster.me()),
@@ -278,5 +305,120 @@ impl Server {
         }
         cluster.close().await;
         outcome
+    }
+}
+
+/// The replication links of the partitions a server holds (`SYNKV_SERVER_REPLICAS=1`), kept
+/// in step with the cluster's failovers.
+struct Links<'a, T> {
+    transport: &'a T,
+    config: &'a Config,
+    cluster: &'a Cluster,
+    events: mpsc::Sender<Event>,
+    lost: mpsc::UnboundedSender<link::Lost>,
+    stop: CancellationToken,
+    tracker: &'a TaskTracker,
+}
+
+impl<T: Transport> Links<'_, T> {
+    /// Links each partition this server holds to its backup, and again after each failover
+    /// (promoting the copies of the partitions it takes over); reports completed copies to
+    /// the scheduler. Returns when the cluster closes, or an error when a link to a live
+    /// backup broke (this server cannot replicate any more: it stops, and fails over).
+    async fn supervise(&self, mut ready: mpsc::UnboundedReceiver<u32>, mut lost: mpsc::UnboundedReceiver<link::Lost>) -> Result<()> {
+        let me = self.cluster.rank();
+        let mut topology = Topology::new(self.config.num_servers);
+        let mut linked: BTreeMap<u32, Option<u32>> = BTreeMap::new();
+        let mut dead = self.cluster.dead_servers();
+        let done = self.cluster.done_workers();
+        let mut seen = 0;
+        // Links that ended, waiting for their backup's death to be announced.
+        let mut broken: Vec<(link::Lost, tokio::time::Instant)> = Vec::new();
+        let verdict = self.config.heartbeat_timeout * 2 + Duration::from_secs(1);
+        self.relink(&topology, &mut linked, me).await;
+        loop {
+            let next_deadline = broken.iter().map(|(_, d)| *d).min();
+            let expired = async {
+                match next_deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                Some(p) = ready.recv() => {
+                    if let Err(e) = self.cluster.replica_ready(p).await {
+                        tracing::warn!("could not report the backup copy of partition {p}: {e}");
+                    }
+                }
+                Some(gone) = lost.recv() => {
+                    let current = linked.get(&gone.partition).copied().flatten() == Some(gone.backup);
+                    if current && topology.alive(gone.backup) {
+                        broken.push((gone, tokio::time::Instant::now() + verdict));
+                    }
+                }
+                () = expired => {
+                    let now = tokio::time::Instant::now();
+                    broken.retain(|(l, _)| topology.alive(l.backup));
+                    if done.borrow().len() >= usize::try_from(self.config.num_workers).unwrap_or(usize::MAX) {
+                        // The job is over: backups leave as they please.
+                        broken.clear();
+                    }
+                    if let Some((l, _)) = broken.iter().find(|(_, d)| *d <= now) {
+                        return Err(Error::Io(std::io::Error::other(format!(
+                            "the replication link of partition {} to server rank {} broke, and that server is alive: this server cannot keep its backup up to date, so it stops and its partitions fail over",
+                            l.partition, l.backup
+                        ))));
+                    }
+                }
+                changed = dead.changed() => {
+                    if changed.is_err() {
+                        return Ok(());
+                    }
+                    let now: Vec<u32> = dead.borrow_and_update().clone();
+                    for rank in now.iter().skip(seen) {
+                        let before = topology.held_by(me);
+                        topology.kill(*rank);
+                        let promoted: Vec<u32> = topology.held_by(me).into_iter().filter(|p| !before.contains(p)).collect();
+                        if !promoted.is_empty() && self.events.send(Event::Promote(promoted)).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    seen = now.len();
+                    broken.retain(|(l, _)| topology.alive(l.backup));
+                    self.relink(&topology, &mut linked, me).await;
+                }
+            }
+        }
+    }
+
+    /// Gives every partition this server holds a link to its current backup (or none).
+    async fn relink(&self, topology: &Topology, linked: &mut BTreeMap<u32, Option<u32>>, me: u32) {
+        for p in topology.held_by(me) {
+            let want = topology.backup(p);
+            if linked.get(&p) == Some(&want) {
+                continue;
+            }
+            linked.insert(p, want);
+            let node = want.and_then(|b| self.cluster.nodes_of(Role::Server).into_iter().find(|n| n.rank == Some(b)).cloned());
+            let link = match node {
+                Some(node) => {
+                    let reports = link::Reports { events: self.events.clone(), lost: self.lost.clone() };
+                    match link::connect(self.transport, self.config, &node, p, reports, self.stop.child_token(), self.tracker).await {
+                        Ok(outbox) => Some(outbox),
+                        Err(e) => {
+                            tracing::error!("partition {p} has no backup: linking to {node} failed: {e}");
+                            None
+                        }
+                    }
+                }
+                None => {
+                    tracing::warn!("partition {p} has no backup: no other server is alive");
+                    None
+                }
+            };
+            if self.events.send(Event::Backup { partition: p, link }).await.is_err() {
+                return;
+            }
+        }
     }
 }

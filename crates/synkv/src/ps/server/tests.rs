@@ -29,6 +29,7 @@ fn settings(workers: u32) -> Settings {
         held_budget: 1 << 30,
         straggler_warn: Duration::from_secs(60),
         page_bytes: 1 << 20,
+        replicas: false,
     }
 }
 

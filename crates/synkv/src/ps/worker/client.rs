@@ -14,6 +14,14 @@
 //! request to it; when the cluster reports a failure (any node dead, or the scheduler gone),
 //! every pending and later request fails with it. A request that cannot be encoded (it would
 //! break the frame limit) fails alone; a server's refusal is [`Error::Refused`] with its code.
+//!
+//! **Partitions and failover** (`SYNKV_SERVER_REPLICAS=1`). A request is about one server
+//! *partition* (the slicer's server rank, carried in the header) and goes to the live server
+//! holding it ([`Topology`]). When a server connection breaks, its requests wait for the
+//! scheduler's verdict instead of failing: on `Failover` (the partition's backup took over)
+//! they are sent again, flagged `RETRY`, to the new holder — a push the dead server had
+//! already replicated is acknowledged there, not applied twice; on `NodeDead`, or without a
+//! verdict within twice the heartbeat timeout, they fail as above.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +34,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::ps::node::{Node, NodeId, Role};
 use crate::ps::proto::{Command, Flags, Message};
+use crate::ps::topology::Topology;
 use crate::ps::transport::{drain, Admission, Drained, FrameReader, Ingress, Outbox, Transport};
 use crate::ps::{auth, Config, Error, Result};
 
@@ -54,17 +63,35 @@ impl Fail {
     }
 }
 
-#[derive(Default)]
+/// A request waiting for its reply.
+struct Waiting {
+    /// The partition it is about.
+    partition: u32,
+    /// The server connection it was sent on (or waits for).
+    conn: u32,
+    reply: Reply,
+    /// With replicas: the message, to send again after a failover.
+    resend: Option<Message>,
+}
+
 struct Pending {
-    waiting: HashMap<u64, (u32, Reply)>,
+    waiting: HashMap<u64, Waiting>,
     /// A failure of the whole cluster: every request fails with it.
     failure: Option<Fail>,
-    /// Servers whose connection broke.
+    /// Servers whose connection broke, for good.
     lost: HashMap<u32, Fail>,
+    /// With replicas: servers whose connection broke, waiting for the scheduler's verdict.
+    broken: HashMap<u32, Fail>,
+    /// Which server holds each partition.
+    topology: Topology,
 }
 
 struct Inner {
     me: NodeId,
+    /// Whether partitions have backups (requests wait for a failover instead of failing).
+    replicas: bool,
+    /// How long a broken connection waits for the scheduler's verdict.
+    verdict_within: Duration,
     servers: Vec<(Node, Outbox)>,
     /// The bytes of received, unconsumed replies, over every server connection.
     ingress: Ingress,
@@ -105,13 +132,14 @@ impl Inner {
             let mut p = self.lock();
             match server {
                 Some(s) => {
+                    p.broken.remove(&s);
                     p.lost.entry(s).or_insert_with(|| fail.clone());
-                    let ids: Vec<u64> = p.waiting.iter().filter(|(_, (srv, _))| *srv == s).map(|(id, _)| *id).collect();
-                    ids.into_iter().filter_map(|id| p.waiting.remove(&id)).map(|(_, r)| r).collect()
+                    let ids: Vec<u64> = p.waiting.iter().filter(|(_, w)| w.conn == s).map(|(id, _)| *id).collect();
+                    ids.into_iter().filter_map(|id| p.waiting.remove(&id)).map(|w| w.reply).collect()
                 }
                 None => {
                     p.failure.get_or_insert_with(|| fail.clone());
-                    p.waiting.drain().map(|(_, (_, r))| r).collect()
+                    p.waiting.drain().map(|(_, w)| w.reply).collect()
                 }
             }
         };
@@ -124,11 +152,50 @@ impl Inner {
     fn answer(&self, id: u64, result: Result<(Message, Admission)>) -> bool {
         let waiter = self.lock().waiting.remove(&id);
         match waiter {
-            Some((_, reply)) => {
-                let _ = reply.send(result);
+            Some(w) => {
+                let _ = w.reply.send(result);
                 true
             }
             None => false,
+        }
+    }
+
+    /// The scheduler announced that server `dead` died and its partitions moved to their
+    /// backups: every request waiting on it goes again, flagged `RETRY`, to the new holder
+    /// of its partition (or keeps waiting while that one's connection is broken too).
+    fn failover(&self, dead: u32) {
+        let mut resends: Vec<(u32, Message)> = Vec::new();
+        {
+            let mut p = self.lock();
+            if !p.topology.kill(dead) {
+                return;
+            }
+            p.broken.remove(&dead);
+            let fail = Fail::Other(format!("server rank {dead} died; its partitions moved to other servers"));
+            p.lost.entry(dead).or_insert(fail);
+            let topology = p.topology.clone();
+            let Pending { waiting, lost, broken, .. } = &mut *p;
+            for w in waiting.values_mut() {
+                if w.conn != dead && !broken.contains_key(&w.conn) {
+                    continue;
+                }
+                let Some(holder) = topology.holder(w.partition) else { continue };
+                w.conn = holder;
+                if lost.contains_key(&holder) || broken.contains_key(&holder) {
+                    continue;
+                }
+                if let Some(m) = &w.resend {
+                    resends.push((holder, m.clone().with_flags(m.flags.with(Flags::RETRY))));
+                }
+            }
+        }
+        tracing::warn!("server rank {dead} died: {} waiting requests go to the servers that took over its partitions", resends.len());
+        for (server, msg) in resends {
+            let id = msg.request_id;
+            let sent = self.servers.get(server as usize).is_some_and(|(_, outbox)| outbox.try_send(msg).is_ok());
+            if !sent {
+                self.answer(id, Err(Error::Shutdown(format!("the connection to server rank {server} is closed"))));
+            }
         }
     }
 }
@@ -158,11 +225,21 @@ impl Client {
             links.push((node, outbox));
             tasks.push((reader, writer, rx));
         }
+        let num_servers = u32::try_from(links.len()).unwrap_or(u32::MAX);
+        let pending = Pending {
+            waiting: HashMap::new(),
+            failure: None,
+            lost: HashMap::new(),
+            broken: HashMap::new(),
+            topology: Topology::new(num_servers),
+        };
         let inner = Arc::new(Inner {
             me,
+            replicas: config.replicas > 0,
+            verdict_within: config.heartbeat_timeout * 2 + Duration::from_secs(1),
             servers: links,
             ingress: Ingress::new(config.window_bytes()),
-            pending: Mutex::new(Pending::default()),
+            pending: Mutex::new(pending),
             next_id: AtomicU64::new(1),
             stop: stop.clone(),
             tracker: tracker.clone(),
@@ -191,6 +268,11 @@ impl Client {
         self.inner.fail(None, Fail::of(e));
     }
 
+    /// Server `dead` died and its partitions moved to their backups (see the module docs).
+    pub(super) fn failover(&self, dead: u32) {
+        self.inner.failover(dead);
+    }
+
     /// Stops the connection tasks (pending requests fail with a shutdown error) and waits for
     /// them, bounded by `within`.
     pub(super) async fn close(&self, within: Duration) {
@@ -210,27 +292,38 @@ impl Client {
         self.inner.servers.get(usize::try_from(server).ok()?).map(|(n, _)| n)
     }
 
-    /// Sends `msg` to `server` as a request and returns its waiter. Fails at once if the
-    /// cluster or that server is already lost.
+    /// Sends `msg` about partition `server` (the slicer's server rank) as a request to the
+    /// server holding that partition, and returns its waiter. Fails at once if the cluster
+    /// or that server is already lost.
     pub fn start(&self, server: u32, mut msg: Message) -> Result<Waiter> {
         let inner = &self.inner;
-        let (_, outbox) = inner
-            .servers
-            .get(usize::try_from(server).unwrap_or(usize::MAX))
+        let partition = u16::try_from(server)
+            .ok()
+            .filter(|_| (server as usize) < inner.servers.len())
             .ok_or_else(|| Error::InvalidArgument(format!("no server of rank {server} ({} servers)", inner.servers.len())))?;
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         msg.request_id = id;
         msg.sender = inner.me;
+        msg.partition = Some(partition);
         msg.flags = msg.flags.with(Flags::REQUEST);
         let (tx, rx) = oneshot::channel();
-        {
+        let conn = {
             let mut p = inner.lock();
-            if let Some(f) = p.failure.as_ref().or_else(|| p.lost.get(&server)) {
+            let conn = p.topology.holder(server).unwrap_or(server);
+            if let Some(f) = p.failure.as_ref().or_else(|| p.lost.get(&conn)) {
                 return Err(f.to_error());
             }
-            p.waiting.insert(id, (server, tx));
-        }
-        if outbox.try_send(msg).is_err() {
+            let resend = inner.replicas.then(|| msg.clone());
+            let parked = p.broken.contains_key(&conn);
+            p.waiting.insert(id, Waiting { partition: server, conn, reply: tx, resend });
+            if parked {
+                // Sent after the scheduler's verdict on the broken connection.
+                return Ok(Waiter { rx, server, client: self.clone() });
+            }
+            conn
+        };
+        let sent = inner.servers.get(conn as usize).is_some_and(|(_, outbox)| outbox.try_send(msg).is_ok());
+        if !sent {
             inner.lock().waiting.remove(&id);
             return Err(Error::Shutdown("the connection to the server is closed".into()));
         }
@@ -336,8 +429,34 @@ async fn read_loop(mut reader: FrameReader, inner: Arc<Inner>, server: u32) {
     lose(&inner, server, reason);
 }
 
-fn lose(inner: &Inner, server: u32, reason: String) {
-    let Some((node, _)) = inner.servers.get(usize::try_from(server).unwrap_or(usize::MAX)) else { return };
-    tracing::error!("lost {node}: {reason}");
-    inner.fail(Some(server), Fail::Lost { node: node.clone(), reason });
+/// The connection to `server` broke. Without replicas its requests fail now; with them they
+/// wait for the scheduler's verdict (a failover sends them on), bounded by `verdict_within`.
+fn lose(inner: &Arc<Inner>, server: u32, reason: String) {
+    let Some(node) = inner.servers.get(usize::try_from(server).unwrap_or(usize::MAX)).map(|(n, _)| n.clone()) else { return };
+    let fail = Fail::Lost { node: node.clone(), reason: reason.clone() };
+    if !inner.replicas {
+        tracing::error!("lost {node}: {reason}");
+        inner.fail(Some(server), fail);
+        return;
+    }
+    {
+        let mut p = inner.lock();
+        if !p.topology.alive(server) || p.lost.contains_key(&server) {
+            return; // already failed over (or lost)
+        }
+        p.broken.insert(server, fail.clone());
+    }
+    tracing::warn!("connection to {node} broke ({reason}); waiting for the scheduler's verdict before failing its requests");
+    let (inner, within) = (Arc::clone(inner), inner.verdict_within);
+    let tracker = inner.tracker.clone();
+    tracker.spawn(async move {
+        tokio::select! {
+            () = tokio::time::sleep(within) => {}
+            () = inner.stop.cancelled() => return,
+        }
+        if inner.lock().broken.contains_key(&server) {
+            tracing::error!("lost {node}: {reason} (no failover within {within:?})");
+            inner.fail(Some(server), fail);
+        }
+    });
 }

@@ -39,6 +39,23 @@ impl Worker {
             let e = failed.await;
             watched.fail_all(&e);
         });
+        if config.replicas > 0 {
+            // Failovers: requests waiting on a dead server go to the new holders.
+            let (routed, mut dead) = (client.clone(), cluster.dead_servers());
+            tokio::spawn(async move {
+                let mut seen = 0;
+                loop {
+                    let now: Vec<u32> = dead.borrow_and_update().clone();
+                    for rank in now.iter().skip(seen) {
+                        routed.failover(*rank);
+                    }
+                    seen = now.len();
+                    if dead.changed().await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
         tracing::info!("{} connected to {} servers", cluster.me(), client.num_servers());
         Ok(Worker { cluster, client, close_within: config.timeout.min(std::time::Duration::from_secs(10)) })
     }

@@ -1,0 +1,91 @@
+//! Hot replication on real processes (issue 11, `SYNKV_SERVER_REPLICAS=1`): a server killed
+//! with `kill -9` in the middle of a job is replaced by the backup copies of its partitions,
+//! the workers re-send what was in flight, and the job ends with exactly the weights of a job
+//! that lost no server. The job is `synkv selftest dist ckpt-train` (SGD with momentum on the
+//! servers, a small key and a key split over every server).
+
+use std::time::Instant;
+
+use crate::util::{launch, Job, JOB_BOUND};
+
+const REPLICAS: (&str, &str) = ("SYNKV_SERVER_REPLICAS", "1");
+
+/// The `final …` line of every worker (the weights, printed exactly), sorted by rank.
+fn finals(output: &str, workers: u32) -> Vec<String> {
+    (0..workers)
+        .map(|w| {
+            let prefix = format!("[worker {w}] selftest ");
+            let line = output.lines().find(|l| l.starts_with(&prefix) && l.contains(" final "));
+            let line = line.unwrap_or_else(|| panic!("worker {w} printed no final weights:\n{output}"));
+            line.split(" final ").nth(1).unwrap_or_default().to_owned()
+        })
+        .collect()
+}
+
+/// The weights in one worker's own output.
+fn final_of(output: &str) -> String {
+    let line = output.lines().find(|l| l.contains(" final ")).unwrap_or_else(|| panic!("no final weights:\n{output}"));
+    line.split(" final ").nth(1).unwrap_or_default().to_owned()
+}
+
+/// Runs `ckpt-train` on 3 servers with replicas and kills server `victim` once a worker has
+/// pushed round `after`; every other process must end successfully with the weights of an
+/// undisturbed job (`mode`: extra selftest arguments).
+fn survive_a_killed_server(victim: usize, after: u32, extra: &[&str]) {
+    let mut args = vec!["ckpt-train", "--repeat", "12"];
+    args.extend_from_slice(extra);
+    let want = {
+        let f = launch(2, 3, &[], &args, &[]);
+        assert!(f.status.success(), "{}", f.output);
+        finals(&f.output, 2)
+    };
+    let mut slow = args.clone();
+    slow.extend_from_slice(&["--sleep-secs", "0.25"]);
+    let mut job = Job::start(3, 2, &slow, &[REPLICAS]);
+    let deadline = Instant::now() + JOB_BOUND;
+    let pushed = format!("round {after} pushed");
+    assert!(job.workers[0].wait_for_output(&pushed, deadline), "{}", job.workers[0].output());
+    job.servers[victim].kill();
+    let mut output = String::new();
+    let survivors = job.workers.iter_mut().chain(job.servers.iter_mut().enumerate().filter(|(i, _)| *i != victim).map(|(_, s)| s));
+    for p in survivors.chain(std::iter::once(&mut job.scheduler)) {
+        let status = p.wait_until(deadline);
+        output.push_str(&p.output());
+        assert!(status.is_some_and(|s| s.success()), "{status:?}:\n{}", p.output());
+    }
+    assert!(output.contains("moved to their backups"), "{output}");
+    let got: Vec<String> = job.workers.iter().map(|w| final_of(&w.output())).collect();
+    assert_eq!(got, want, "{output}");
+}
+
+/// The primary of one partition dies mid-job: its backup takes over and nothing is lost or
+/// applied twice.
+#[test]
+fn a_killed_server_fails_over_to_its_backup_and_the_weights_are_exact() {
+    survive_a_killed_server(1, 4, &[]);
+}
+
+/// The same with server rank 0 (the one that also holds the small key's partition).
+#[test]
+fn killing_server_zero_fails_over_too() {
+    survive_a_killed_server(0, 3, &[]);
+}
+
+/// Replication with no failure costs nothing in values: the weights equal a job without
+/// replicas.
+#[test]
+fn replicas_without_failures_give_the_same_weights() {
+    let args = ["ckpt-train", "--repeat", "6"];
+    let plain = launch(2, 3, &[], &args, &[]);
+    let replicated = launch(2, 3, &[], &args, &[REPLICAS]);
+    assert!(plain.status.success() && replicated.status.success(), "{}\n{}", plain.output, replicated.output);
+    assert_eq!(finals(&plain.output, 2), finals(&replicated.output, 2), "{}", replicated.output);
+}
+
+/// With one server, replicas are refused with a message that says what to do.
+#[test]
+fn replicas_need_two_servers() {
+    let f = launch(1, 1, &[], &["ckpt-train", "--repeat", "1"], &[REPLICAS]);
+    assert!(!f.status.success(), "{}", f.output);
+    assert!(f.output.contains("SYNKV_SERVER_REPLICAS") && f.output.contains("at least 2 servers"), "{}", f.output);
+}
