@@ -17,6 +17,7 @@ cargo test --workspace
 
 echo "== chaos (short; a new random seed each run, printed so a failure can be repeated)"
 cargo run -q -p synkv-cli -- chaos --kills 3 --rounds 60 --max-secs 300
+cargo run -q -p synkv-cli -- chaos --replicas -s 3 --kills 2 --rounds 60 --max-secs 300
 
 echo "== python (pytest)"
 bash scripts/test-python.sh

@@ -1,6 +1,7 @@
 //! `synkv chaos` (issue 11's conservation harness) in short forms: random processes of a sync
 //! and of an async job killed with SIGKILL, the job restarted from its checkpoints each time,
-//! every key exact at the end. And the harness's own check, fed a checkpoint whose round was
+//! every key exact at the end; with replicas, servers killed and the job going on without a
+//! restart. And the harness's own check, fed a checkpoint whose round was
 //! moved back: the rounds redone are counted twice, and it says so.
 
 use std::process::Command;
@@ -32,6 +33,24 @@ fn an_async_job_survives_three_kills_of_random_processes_with_every_update_count
     let f = chaos(&["--kills", "3", "--seed", "12", "--rounds", "80", "--store", "dist_async", "-n", "3"]);
     assert!(f.status.success(), "{}", f.output);
     assert_conserved(&f.output, 3);
+}
+
+/// With replicas every kill is of a server and no run restarts: the backups take over and the
+/// job finishes with every key exact.
+#[test]
+fn with_replicas_a_sync_job_survives_server_kills_without_restarting() {
+    let f = chaos(&["--replicas", "-s", "3", "--kills", "3", "--seed", "21", "--rounds", "80"]);
+    assert!(f.status.success(), "{}", f.output);
+    assert_conserved(&f.output, 3);
+    assert!(f.output.contains("(0 redone after restarts)"), "{}", f.output);
+}
+
+#[test]
+fn with_replicas_an_async_job_survives_server_kills_without_restarting() {
+    let f = chaos(&["--replicas", "-s", "2", "--kills", "3", "--seed", "22", "--rounds", "80", "--store", "dist_async"]);
+    assert!(f.status.success(), "{}", f.output);
+    assert_conserved(&f.output, 3);
+    assert!(f.output.contains("(0 redone after restarts)"), "{}", f.output);
 }
 
 /// The check catches doubled updates: a checkpoint of round 10 whose manifest claims round 7

@@ -71,6 +71,48 @@ fn killing_server_zero_fails_over_too() {
     survive_a_killed_server(0, 3, &[]);
 }
 
+/// 2-bit compressed pushes (the server dequantizes; the backup gets the round's sum) fail
+/// over exactly too.
+#[test]
+fn a_killed_server_fails_over_with_compressed_pushes() {
+    survive_a_killed_server(2, 5, &["--compression", "2bit"]);
+}
+
+/// A row_sparse key (rows pushed each round, pulled with row_sparse_pull) fails over exactly.
+#[test]
+fn a_killed_server_fails_over_with_a_row_sparse_key() {
+    survive_a_killed_server(1, 6, &["--sparse"]);
+}
+
+/// A checkpoint taken after a failover has every partition's shard (written by whichever
+/// server holds it now); a job restarted from it ends with the weights of one that never
+/// stopped.
+#[test]
+fn a_checkpoint_after_a_failover_is_whole_and_resumes_bit_for_bit() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let d = dir.path().to_str().expect("a UTF-8 path");
+    let want = {
+        let f = launch(2, 3, &[], &["ckpt-train", "--repeat", "10"], &[]);
+        assert!(f.status.success(), "{}", f.output);
+        finals(&f.output, 2)
+    };
+    let args = ["ckpt-train", "--repeat", "7", "--checkpoint-at", "7", "--dir", d, "--sleep-secs", "0.25"];
+    let mut job = Job::start(3, 2, &args, &[REPLICAS]);
+    let deadline = Instant::now() + JOB_BOUND;
+    assert!(job.workers[0].wait_for_output("round 3 pushed", deadline), "{}", job.workers[0].output());
+    job.servers[2].kill();
+    for p in job.workers.iter_mut().chain(job.servers[..2].iter_mut()).chain(std::iter::once(&mut job.scheduler)) {
+        let status = p.wait_until(deadline);
+        assert!(status.is_some_and(|s| s.success()), "{status:?}:\n{}", p.output());
+    }
+    assert!(job.workers[0].output().contains("checkpoint 1 at round 7"), "{}", job.workers[0].output());
+    let env = [("SYNKV_CHECKPOINT_DIR", d)];
+    let f = launch(2, 3, &[], &["ckpt-resume", "--repeat", "10"], &env);
+    assert!(f.status.success(), "{}", f.output);
+    assert!(f.output.contains("starts after round 7"), "{}", f.output);
+    assert_eq!(finals(&f.output, 2), want, "{}", f.output);
+}
+
 /// Replication with no failure costs nothing in values: the weights equal a job without
 /// replicas.
 #[test]

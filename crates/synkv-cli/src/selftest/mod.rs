@@ -61,6 +61,12 @@ pub(crate) struct DistArgs {
     /// Elements of the big key, split over the servers (ckpt-train; a multiple of 1000).
     #[arg(long, default_value_t = 1_200_000)]
     big_elems: usize,
+    /// Gradient compression of the pushes (ckpt-train): `2bit` or `1bit`.
+    #[arg(long)]
+    compression: Option<String>,
+    /// Add a row_sparse key whose pushes touch a few rows each round (ckpt-train).
+    #[arg(long)]
+    sparse: bool,
     /// Seed of the random pauses (chaos).
     #[arg(long, default_value_t = 1)]
     seed: u64,

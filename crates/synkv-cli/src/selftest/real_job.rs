@@ -188,6 +188,14 @@ pub(super) fn checkpoint_train(kv: &KVStore, args: &DistArgs) -> Result<()> {
     }
     println!("selftest {}: rank {rank} starts after round {from}", args.case);
     kv.set_optimizer(Optimizer::from(Sgd { momentum: 0.9, ..Sgd::default() }).with_learning_rate(0.1))?;
+    if let Some(kind) = &args.compression {
+        kv.set_gradient_compression([("type", kind.as_str()), ("threshold", "0.5")])?;
+    }
+    const EMB: [usize; 2] = [64, 4];
+    if args.sparse {
+        let rows: Vec<i64> = (0..EMB[0] as i64).collect();
+        kv.init("emb", &NDArray::row_sparse(EMB.to_vec(), rows, Buffer::filled(DType::F32, EMB[0] * EMB[1], 1.0), Device::cpu(0))?)?;
+    }
     let big = [args.big_elems.div_ceil(1000).max(1), 1000];
     let shapes: [(&str, &[usize]); 2] = [("small", &[3, 5]), ("big", &big)];
     for (k, shape) in &shapes {
@@ -198,6 +206,14 @@ pub(super) fn checkpoint_train(kv: &KVStore, args: &DistArgs) -> Result<()> {
         // One push call per round (a round is one push call).
         let grads: Vec<NDArray> = shapes.iter().map(|(_, shape)| full(shape, (rank + 1) as f64, DType::F32)).collect();
         kv.push(keys.clone(), &grads)?;
+        if args.sparse {
+            // Two rows a round, different for each worker and round.
+            let mut rows = vec![((round + rank as u64) % 64) as i64, ((round * 7 + 3) % 64) as i64];
+            rows.sort_unstable();
+            rows.dedup();
+            let data = Buffer::filled(DType::F32, rows.len() * EMB[1], (rank + 1) as f64);
+            kv.push("emb", &NDArray::row_sparse(EMB.to_vec(), rows, data, Device::cpu(0))?)?;
+        }
         println!("selftest {}: round {round} pushed", args.case);
         if args.sleep_secs > 0.0 {
             sleep(args.sleep_secs);
@@ -217,6 +233,15 @@ pub(super) fn checkpoint_train(kv: &KVStore, args: &DistArgs) -> Result<()> {
             bail!("key {k}: the elements differ");
         }
         finals.push(format!("{k}={:?}", v[0]));
+    }
+    if args.sparse {
+        let ids = NDArray::from_vec([EMB[0]], (0..EMB[0]).map(|i| i as f32).collect::<Vec<f32>>())?;
+        let out = NDArray::row_sparse_zeros(EMB.to_vec(), DType::F32, Device::cpu(0));
+        kv.row_sparse_pull("emb", &out, &ids)?;
+        // Every row differs: a fingerprint of the bits of all of them.
+        let bits =
+            out.to_vec::<f32>()?.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, x| (h ^ u64::from(x.to_bits())).wrapping_mul(0x100_0000_01b3));
+        finals.push(format!("emb={bits:016x}"));
     }
     println!("selftest {}: rank {rank} final {}", args.case, finals.join(" "));
     Ok(())

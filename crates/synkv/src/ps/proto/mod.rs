@@ -25,10 +25,10 @@
 //! | offset | field        | type    | allowed range                                          |
 //! |-------:|--------------|---------|--------------------------------------------------------|
 //! | 0      | magic        | [u8; 4] | `b"SKV1"`                                              |
-//! | 4      | version      | u16     | [`PROTOCOL_VERSION`] (2)                               |
+//! | 4      | version      | u16     | [`PROTOCOL_VERSION`] (3)                               |
 //! | 6      | command      | u16     | a [`Command`] code (table below)                       |
-//! | 8      | flags        | u16     | known [`Flags`] bits only (`0x003F`)                   |
-//! | 10     | reserved     | u16     | 0                                                      |
+//! | 8      | flags        | u16     | known [`Flags`] bits only (`0x007F`)                   |
+//! | 10     | partition    | u16     | 0 = none; p + 1 = the server partition p it is about   |
 //! | 12     | sender       | u32     | any; 0 = not assigned yet (ids as spec K8.5)           |
 //! | 16     | request id   | u64     | any; a reply echoes its request's id                   |
 //! | 24     | key count    | u32     | ≤ [`Limits::max_keys`]                                 |
@@ -80,6 +80,9 @@
 //! | 21   | `Notice`           | server → worker      | text (e.g. which workers a sync round waits for); keys   |
 //! | 22   | `NodeDone`         | scheduler → node     | nodes = [the worker that finished]                       |
 //! | 23   | `CheckpointAt`     | worker 0 → scheduler → workers | request id = the round (`push` calls) at which every worker takes the next periodic checkpoint |
+//! | 24   | `Replicate`        | server → server      | a change of a partition for its backup copy (partition; request id = sequence number; priority = kind, see `server/partition/replica.rs`); acknowledged by a `Reply` with the same id |
+//! | 25   | `Failover`         | scheduler → node     | nodes = [the dead server]; text = reason: its partitions moved to their backups (`SYNKV_SERVER_REPLICAS=1`) |
+//! | 26   | `ReplicaReady`     | server → scheduler   | head = partition whose backup copy on the sender is complete |
 //!
 //! `NodeDead` also travels server → worker: a server that stops because a node died tells its
 //! workers which one before it closes their connections.
@@ -93,6 +96,11 @@
 //! | 0x0008 | `INIT`       | a `Push` that creates its keys; a key the server holds is refused       |
 //! | 0x0010 | `OFFSETS`    | the meta carries key offsets (set by the encoder when `Meta::offsets` is non-empty) |
 //! | 0x0020 | `ROUNDS`     | the meta carries round ids (set by the encoder when `Meta::rounds` is non-empty)   |
+//! | 0x0040 | `RETRY`      | a request re-sent after a failover: a push whose round was already applied is answered as done, not refused as a duplicate |
+//!
+//! A worker's data request names its partition (header offset 10): the server rank the slicer
+//! placed the key parts on. With replicas, a server may serve several partitions (its own and
+//! those it took over), so the partition, not the connection, says which copy a request is for.
 //!
 //! # Data messages (worker ↔ server)
 //! Keys are ps keys ([`crate::ps::slicer`]: an int key as a `u32`, a str key as FNV-1a 64

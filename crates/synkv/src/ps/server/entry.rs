@@ -89,8 +89,9 @@ pub(super) struct Entry {
     spare: Option<Arc<Buffer>>,
     /// `Some(row_len)` for a row_sparse key.
     row_len: Option<usize>,
-    /// The accumulator of a round (compute dtype), kept across rounds.
-    scratch: Option<Buffer>,
+    /// The accumulator of a round (compute dtype), kept across rounds; shared with a
+    /// replication message while that is being sent (see [`Entry::sum_chunk`]).
+    scratch: Option<Arc<Buffer>>,
     /// The sync round in progress.
     pub(super) round: Round,
     /// Async mode: the next round id expected from each worker rank.
@@ -292,9 +293,9 @@ impl Entry {
     /// it, later ones add. Frees the parts' frames.
     pub(super) fn fold(&mut self, parts: Vec<Part>, first: bool) -> Result<(), ServerError> {
         let cdt = compute_dtype(self.value.dtype());
-        let mut acc = self.take_scratch(cdt);
+        let mut acc = self.take_scratch(cdt, !first);
         let result = add_parts(&mut acc, &parts, first).map_err(|e| ServerError::invalid(format!("updating key {}: {e}", self.name)));
-        self.scratch = Some(acc);
+        self.scratch = Some(Arc::new(acc));
         result
     }
 
@@ -319,9 +320,9 @@ impl Entry {
                 .map(|()| Applied::Assign)
                 .map_err(|e| codec_fail(&name, e.to_string()));
         }
-        let mut acc = self.take_scratch(cdt);
+        let mut acc = self.take_scratch(cdt, accumulated);
         if let Err(e) = add_parts(&mut acc, &held, !accumulated) {
-            self.scratch = Some(acc);
+            self.scratch = Some(Arc::new(acc));
             return Err(codec_fail(&self.name, e));
         }
         drop(held);
@@ -350,7 +351,7 @@ impl Entry {
                 }
             }
         };
-        self.scratch = Some(acc);
+        self.scratch = Some(Arc::new(acc));
         result
     }
 
@@ -393,10 +394,11 @@ impl Entry {
     }
 
     /// The sum of the last dense round (the accumulator, in the compute dtype), as a chunk for
-    /// the backup copy; `None` if no round summed into it.
+    /// the backup copy; `None` if no round summed into it. Shares the accumulator (no copy):
+    /// the next round reuses it once the message is sent, or works in a new one.
     pub(super) fn sum_chunk(&self) -> Option<Chunk> {
         let acc = self.scratch.as_ref()?;
-        Some(codec::range_to_chunk(acc, 0, acc.len()))
+        Some(Chunk { dtype: codec::dtype_code(acc.dtype()), data: codec::shared_buffer_bytes(Arc::clone(acc)) })
     }
 
     /// The value's dtype and the dtype sums are computed in.
@@ -406,11 +408,17 @@ impl Entry {
     }
 
     /// The accumulator kept from the last round, if it has `dtype` and the value's length,
-    /// else a new one.
-    fn take_scratch(&mut self, dtype: DType) -> Buffer {
+    /// else a new one; `contents`: whether the caller adds to what it holds.
+    fn take_scratch(&mut self, dtype: DType, contents: bool) -> Buffer {
         let n = self.value.len();
         match self.scratch.take() {
-            Some(b) if b.dtype() == dtype && b.len() == n => b,
+            // Still shared with a replication message being sent: its contents (a round
+            // in progress needs them) in a buffer of its own.
+            Some(b) if b.dtype() == dtype && b.len() == n => match Arc::try_unwrap(b) {
+                Ok(own) => own,
+                Err(shared) if contents => (*shared).clone(),
+                Err(_) => Buffer::zeros(dtype, n),
+            },
             _ => Buffer::zeros(dtype, n),
         }
     }

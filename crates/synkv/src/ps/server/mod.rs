@@ -8,7 +8,10 @@
 //! of mini-redis's server, with the shared state behind a channel instead of a lock.
 //!
 //! ## Organization
-//! - `core.rs` — the state machine: requests, rounds, commands, straggler reports.
+//! - `core.rs` — routing events to the partitions this server holds or keeps copies of.
+//! - `partition/` — one partition's state machine: requests, rounds, commands, straggler
+//!   reports; `replica.rs` its replication to (or as) a backup copy.
+//! - `link.rs` — a primary's connection to its backup.
 //! - `entry.rs` — one key part (its `EntryKey`: ps key and offset): value, accumulator, updates.
 //! - `round.rs` — a sync round and the round-id rules (duplicates refused).
 //! - `value.rs` — data messages as per-key items; `states.rs` — optimizer states in pages,
@@ -30,8 +33,10 @@
 //! configuration; the server dequantizes each into the round's sum (or, for an assign,
 //! straight into the value), so a round may even mix compressed and plain pushes.
 //!
-//! What a server deliberately does not do: checkpoint keys or recover a dead worker's
-//! contribution to a round.
+//! Checkpoints (`Checkpoint` command, restore at start) write and read each partition's shard;
+//! with `SYNKV_SERVER_REPLICAS=1` every partition has a backup copy on another server
+//! (`partition/replica.rs`, `link.rs`, [`Links`]) and a dead server's partitions fail over.
+//! What a server does not do: recover a dead worker's contribution to a round.
 
 mod conn;
 mod core;

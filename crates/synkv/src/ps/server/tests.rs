@@ -633,3 +633,116 @@ fn a_checkpoint_restores_values_optimizer_states_and_mode_and_init_claims_restor
     assert!(refused.meta.text.contains("the checkpoint holds key w"), "{}", refused.meta.text);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A primary (rank 0) and the backup copy of its partition on server 1, wired by hand: every
+/// `Replicate` message the primary sends is applied by the backup core, whose acknowledgement
+/// releases the primary's replies.
+struct Pair {
+    primary: Harness,
+    backup: Harness,
+    link: OutboxRx,
+}
+
+fn pair(workers: u32) -> Pair {
+    let s = Settings { num_servers: 2, replicas: true, ..settings(workers) };
+    let primary = harness_with(s.clone());
+    let backup = harness_with(Settings { rank: 1, ..s });
+    let (link, rx) = Outbox::unbounded();
+    let mut p = Pair { primary, backup, link: rx };
+    p.primary.core.on_event(Event::Backup { partition: 0, link: Some(link) });
+    p
+}
+
+impl Pair {
+    /// Delivers the replication messages to the backup and, if `ack`, its acknowledgements.
+    fn replicate(&mut self, ack: bool) -> usize {
+        let mut n = 0;
+        while let Some(m) = self.link.try_recv() {
+            assert_eq!((m.command, m.partition), (Command::Replicate, Some(0)));
+            let seq = m.request_id;
+            self.backup.core.on_event(Event::Replicate { msg: m, admission: Admission::default() });
+            if ack {
+                self.primary.core.on_event(Event::ReplicaAck { partition: 0, seq });
+            }
+            n += 1;
+        }
+        n
+    }
+}
+
+fn for_partition_0(mut m: Message) -> Message {
+    m.partition = Some(0);
+    m
+}
+
+#[test]
+fn a_backup_copy_follows_its_primary_bit_for_bit_and_replies_wait_for_its_acknowledgement() {
+    let mut p = pair(2);
+    assert!(p.replicate(true) >= 2, "a snapshot (BEGIN … END) goes to a new backup");
+    let sgd = Optimizer::from(Sgd { momentum: 0.9, ..Sgd::default() }).with_learning_rate(0.1);
+    p.primary.send(0, Message::server_command(ServerCmd::SetOptimizer.id(), sgd.to_json().into()));
+    p.primary.send(0, data(Command::Push, Flags::INIT, &[(7, vec![1.0; 5])]));
+    assert!(p.primary.replies().is_empty(), "no reply before the backup acknowledged the change");
+    p.replicate(true);
+    assert_eq!(p.primary.replies().len(), 2);
+    for round in 0..3u64 {
+        for w in 0..2 {
+            let mut m = data(Command::Push, Flags::NONE, &[(7, vec![(w + 1) as f32 * 0.3; 5])]);
+            m.meta.rounds.push(round);
+            p.primary.send(w, m);
+        }
+        assert!(p.primary.replies().is_empty());
+        p.replicate(true);
+        assert_eq!(p.primary.replies().len(), 2, "round {round} answered once acknowledged");
+    }
+    let want = p.primary.pull(7, 5);
+    // The primary dies: the backup is promoted and serves the partition with the same bits.
+    p.backup.core.on_event(Event::Promote(vec![0]));
+    let mut pull = Message::new(Command::Pull);
+    pull.meta.keys.push(7);
+    pull.meta.lens.push(20);
+    p.backup.send(0, for_partition_0(pull));
+    let r = p.backup.replies();
+    assert_eq!(r[0].command, Command::Reply, "{}", r[0].meta.text);
+    let got = values(&r[0]).remove(0);
+    assert_eq!(got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+
+    // A worker re-sends its last push (round 2) after the failover: acknowledged, not applied
+    // again; without RETRY the same push is a refused duplicate.
+    let mut again = data(Command::Push, Flags::RETRY, &[(7, vec![0.3; 5])]);
+    again.meta.rounds.push(2);
+    p.backup.send(0, for_partition_0(again.clone()));
+    assert_eq!(p.backup.replies()[0].command, Command::Reply);
+    again.flags = Flags::NONE;
+    p.backup.send(0, for_partition_0(again));
+    let r = p.backup.replies();
+    assert_eq!((r[0].command, r[0].meta.head), (Command::Error, ErrorCode::DuplicatePush as i32), "{}", r[0].meta.text);
+    // The next round goes on from the backup's round id.
+    for w in 0..2 {
+        let mut m = data(Command::Push, Flags::NONE, &[(7, vec![1.0; 5])]);
+        m.meta.rounds.push(3);
+        p.backup.send(w, for_partition_0(m));
+    }
+    assert_eq!(p.backup.replies().len(), 2, "round 3 completes on the promoted copy");
+}
+
+#[test]
+fn requests_wait_for_the_first_backup_link_and_a_partition_not_held_here_is_refused() {
+    let s = Settings { num_servers: 2, replicas: true, ..settings(1) };
+    let mut h = harness_with(s);
+    h.send(0, data(Command::Push, Flags::INIT, &[(1, vec![2.0; 2])]));
+    assert!(h.replies().is_empty(), "parked until the partition has its backup");
+    h.core.on_event(Event::Backup { partition: 0, link: None });
+    assert_eq!(h.replies()[0].command, Command::Reply);
+    // A request for partition 1, of which this server keeps no copy, is refused at once.
+    h.send(0, {
+        let mut m = Message::new(Command::Pull);
+        m.meta.keys.push(1);
+        m.meta.lens.push(8);
+        m.partition = Some(1);
+        m
+    });
+    let r = h.replies();
+    assert_eq!(r[0].command, Command::Error);
+    assert!(r[0].meta.text.contains("partition 1 is not held"), "{}", r[0].meta.text);
+}
