@@ -70,15 +70,28 @@ fn reject_unknown_command() {
 #[test]
 fn reject_unknown_flags() {
     let mut b = frame(&sample());
-    b[8] = 0x41;
-    assert_eq!(reject(&b), DecodeError::UnknownFlags(0x40));
+    b[8] = 0x81;
+    assert_eq!(reject(&b), DecodeError::UnknownFlags(0x80));
 }
 
+/// Header offset 10 (reserved in version 2) is the partition since version 3: 0 = none.
 #[test]
-fn reject_reserved_header_bytes() {
+fn the_partition_field_is_read_not_refused() {
     let mut b = frame(&sample());
-    b[10] = 1;
-    assert!(matches!(reject(&b), DecodeError::NonZeroPadding { .. }));
+    b[10] = 3;
+    let n = check(&b, &limits()).unwrap().unwrap();
+    assert_eq!(parse(Bytes::copy_from_slice(&b[..n]), &limits()).unwrap().partition, Some(2));
+}
+
+/// The `OFFSETS` and `ROUNDS` flags announce per-key arrays; on a frame without keys they
+/// would give one message two wire forms (fuzzing finding 1, docs/fuzzing.md).
+#[test]
+fn reject_offsets_or_rounds_flags_without_keys() {
+    for flag in [0x10u8, 0x20, 0x30] {
+        let mut b = frame(&Message::new(Command::Pull).with_request_id(1));
+        b[8] |= flag;
+        assert!(matches!(reject(&b), DecodeError::InvalidField { field: "flags OFFSETS/ROUNDS without keys", .. }), "{flag:#x}");
+    }
 }
 
 #[test]

@@ -261,6 +261,11 @@ impl Header {
         if header.key_count > limits.max_keys {
             return Err(DecodeError::TooLarge { field: "key count", value: header.key_count.into(), max: limits.max_keys.into() });
         }
+        if header.key_count == 0 && (header.flags.contains(Flags::OFFSETS) || header.flags.contains(Flags::ROUNDS)) {
+            // Per-key arrays without keys: the encoder never sets these flags then, so a
+            // message keeps one wire form.
+            return Err(DecodeError::InvalidField { field: "flags OFFSETS/ROUNDS without keys", value: u64::from(header.flags.bits()) });
+        }
         if header.chunk_count > limits.max_chunks {
             return Err(DecodeError::TooLarge { field: "chunk count", value: header.chunk_count.into(), max: limits.max_chunks.into() });
         }

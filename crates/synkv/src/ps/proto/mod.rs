@@ -95,7 +95,7 @@
 //! | 0x0004 | `COMPRESSED` | dense gradients as packed 2-bit/1-bit words (spec K7.10), see below     |
 //! | 0x0008 | `INIT`       | a `Push` that creates its keys; a key the server holds is refused       |
 //! | 0x0010 | `OFFSETS`    | the meta carries key offsets (set by the encoder when `Meta::offsets` is non-empty) |
-//! | 0x0020 | `ROUNDS`     | the meta carries round ids (set by the encoder when `Meta::rounds` is non-empty)   |
+//! | 0x0020 | `ROUNDS`     | the meta carries round ids (set by the encoder when `Meta::rounds` is non-empty); `OFFSETS` and `ROUNDS` on a frame without keys are refused |
 //! | 0x0040 | `RETRY`      | a request re-sent after a failover: a push whose round was already applied is answered as done, not refused as a duplicate |
 //!
 //! A worker's data request names its partition (header offset 10): the server rank the slicer
