@@ -308,6 +308,7 @@ impl Entry {
         held: Vec<Part>,
         accumulated: bool,
         updater: Option<&mut Updater>,
+        on_sum: Option<&mut dyn FnMut(Chunk)>,
     ) -> Result<Applied, ServerError> {
         let dtype = self.value.dtype();
         let cdt = compute_dtype(dtype);
@@ -337,18 +338,25 @@ impl Entry {
                 Ok(Applied::Assign)
             }
             Some(u) => {
+                let acc = Arc::new(acc);
+                // The sum goes out (to the backup copy) while the update runs.
+                if let Some(f) = on_sum {
+                    f(Chunk { dtype: codec::dtype_code(cdt), data: codec::shared_buffer_bytes(Arc::clone(&acc)) });
+                }
                 let cast;
                 let grad = if cdt == dtype {
-                    &acc
+                    &*acc
                 } else {
                     cast = acc.cast(dtype);
                     &cast
                 };
                 let (name, state_key) = (self.name.clone(), self.state_key.clone());
-                match (weight_mut(self.value_mut(false)), grad_ref(grad)) {
+                let result = match (weight_mut(self.value_mut(false)), grad_ref(grad)) {
                     (Ok(w), Ok(g)) => u.update_as(&name, &state_key, w, g).map(|()| Applied::Update).map_err(|e| optimizer_error(&name, e)),
                     (Err(e), _) | (_, Err(e)) => Err(e),
-                }
+                };
+                self.scratch = Some(acc);
+                return result;
             }
         };
         self.scratch = Some(Arc::new(acc));
@@ -391,14 +399,6 @@ impl Entry {
                     .map_err(|e| optimizer_error(&name, e))
             }
         }
-    }
-
-    /// The sum of the last dense round (the accumulator, in the compute dtype), as a chunk for
-    /// the backup copy; `None` if no round summed into it. Shares the accumulator (no copy):
-    /// the next round reuses it once the message is sent, or works in a new one.
-    pub(super) fn sum_chunk(&self) -> Option<Chunk> {
-        let acc = self.scratch.as_ref()?;
-        Some(Chunk { dtype: codec::dtype_code(acc.dtype()), data: codec::shared_buffer_bytes(Arc::clone(acc)) })
     }
 
     /// The value's dtype and the dtype sums are computed in.

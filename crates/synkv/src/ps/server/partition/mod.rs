@@ -43,6 +43,9 @@ use crate::ps::checkpoint::{write_shard, Shard, ShardHeader};
 use crate::ps::node::Rank;
 use crate::ps::proto::{Chunk, Command, ErrorCode, Flags, Message};
 
+/// A round's sum at least this large goes to the backup at once (its transfer overlaps the
+/// update); smaller ones are batched with the event's other rounds.
+const SEND_AT_ONCE: usize = 1 << 16;
 /// A request waiting for the sync rounds of its keys.
 struct Pending {
     request_id: u64,
@@ -358,8 +361,8 @@ impl Partition {
             take_async(&mut entry.async_next, worker, round, &entry.name).map_err(|e| e.at(key))?;
             let updater = self.updater.as_mut();
             match value {
-                Checked::Dense(c) => entry.finish_dense(vec![Part::Raw(c)], false, updater).map(drop),
-                Checked::Packed(gc, c) => entry.finish_dense(vec![Part::Packed(gc, c)], false, updater).map(drop),
+                Checked::Dense(c) => entry.finish_dense(vec![Part::Raw(c)], false, updater, None).map(drop),
+                Checked::Packed(gc, c) => entry.finish_dense(vec![Part::Packed(gc, c)], false, updater, None).map(drop),
                 Checked::Rows(ids, data) => {
                     let rows = entry.rows_of(ids, &data)?;
                     entry.finish_rows(vec![rows], updater, false).map(drop)
@@ -451,14 +454,23 @@ impl Partition {
                     let update = self.updater.is_some();
                     entry.finish_rows(rows, self.updater.as_mut(), replicating).map(|sum| sum.map(|s| RoundChange::Rows(s, update)))
                 }
-                None => entry.finish_dense(held, accumulated, self.updater.as_mut()).map(|applied| {
-                    replicating
-                        .then(|| match applied {
-                            Applied::Assign => Some(RoundChange::Assign(entry.value_chunk())),
-                            Applied::Update => entry.sum_chunk().map(RoundChange::Update),
-                        })
-                        .flatten()
-                }),
+                None => {
+                    // An update's sum is sent to the backup before the update runs, so the
+                    // transfer overlaps it; an assign sends the new value after.
+                    let (repl, id, page) = (&mut self.repl, entry.round.id, self.settings.page_bytes);
+                    let mut send_sum = |sum: Chunk| {
+                        let big = sum.data.len() >= SEND_AT_ONCE;
+                        repl.add_round(key, id, RoundChange::Update(sum), page);
+                        if big {
+                            repl.flush();
+                        }
+                    };
+                    let on_sum: Option<&mut dyn FnMut(Chunk)> = if replicating { Some(&mut send_sum) } else { None };
+                    entry.finish_dense(held, accumulated, self.updater.as_mut(), on_sum).map(|applied| match applied {
+                        Applied::Assign if replicating => Some(RoundChange::Assign(entry.value_chunk())),
+                        _ => None,
+                    })
+                }
             }
             .map_err(|e| e.at(key));
             // The backup copy gets the round before anyone hears of it (replies wait for it).
