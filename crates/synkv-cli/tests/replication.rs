@@ -113,6 +113,33 @@ fn a_checkpoint_after_a_failover_is_whole_and_resumes_bit_for_bit() {
     assert_eq!(finals(&f.output, 2), want, "{}", f.output);
 }
 
+/// `synkv launch --replicas 1`: the launcher passes the setting on, and a server killed
+/// under it does not stop the job; the launcher exits 0 and says what happened.
+#[test]
+fn the_launcher_with_replicas_keeps_a_job_going_when_a_server_is_killed() {
+    let exe = crate::util::synkv();
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.args(["launch", "-n", "2", "-s", "3", "--replicas", "1", "--"]);
+    cmd.arg(&exe).args(["selftest", "dist", "ckpt-train", "--repeat", "10", "--sleep-secs", "0.25"]);
+    cmd.envs(crate::util::FAST).env_remove("DMLC_ROLE").env_remove("SYNKV_SERVER_REPLICAS").env("SYNKV_LOG", "warn");
+    let mut launcher = crate::util::Proc::start("launch", cmd);
+    let deadline = Instant::now() + JOB_BOUND;
+    assert!(launcher.wait_for_output("round 3 pushed", deadline), "{}", launcher.output());
+    let out = launcher.output();
+    let pid: i32 = out
+        .lines()
+        .find_map(|l| l.split("started server 1 (pid ").nth(1))
+        .and_then(|r| r.trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("no pid of server 1:\n{out}"));
+    let killed = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().expect("kill");
+    assert!(killed.success());
+    let status = launcher.wait_until(deadline);
+    let out = launcher.output();
+    assert!(status.is_some_and(|s| s.success()), "{status:?}:\n{out}");
+    assert!(out.contains("server 1 died; with replicas"), "{out}");
+    assert_eq!(out.lines().filter(|l| l.contains(" final ")).count(), 2, "{out}");
+}
+
 /// Replication with no failure costs nothing in values: the weights equal a job without
 /// replicas.
 #[test]
