@@ -9,19 +9,7 @@ use std::time::{Duration, Instant};
 
 use synkv::ps::checkpoint::{read_manifest, Manifest};
 
-use crate::util::{launch, Job, JOB_BOUND};
-
-/// The `final …` line of every worker (the weights, printed exactly), sorted by rank.
-fn finals(output: &str, workers: u32) -> Vec<String> {
-    (0..workers)
-        .map(|w| {
-            let prefix = format!("[worker {w}] selftest ");
-            let line = output.lines().find(|l| l.starts_with(&prefix) && l.contains(" final "));
-            let line = line.unwrap_or_else(|| panic!("worker {w} printed no final weights:\n{output}"));
-            line.split(" final ").nth(1).unwrap_or_default().to_owned()
-        })
-        .collect()
-}
+use crate::util::{finals, launch, Job, JOB_BOUND};
 
 /// The weights of an uninterrupted job of `rounds` rounds.
 fn uninterrupted(rounds: u32) -> Vec<String> {

@@ -6,21 +6,9 @@
 
 use std::time::Instant;
 
-use crate::util::{launch, Job, JOB_BOUND};
+use crate::util::{finals, launch, Job, JOB_BOUND};
 
 const REPLICAS: (&str, &str) = ("SYNKV_SERVER_REPLICAS", "1");
-
-/// The `final …` line of every worker (the weights, printed exactly), sorted by rank.
-fn finals(output: &str, workers: u32) -> Vec<String> {
-    (0..workers)
-        .map(|w| {
-            let prefix = format!("[worker {w}] selftest ");
-            let line = output.lines().find(|l| l.starts_with(&prefix) && l.contains(" final "));
-            let line = line.unwrap_or_else(|| panic!("worker {w} printed no final weights:\n{output}"));
-            line.split(" final ").nth(1).unwrap_or_default().to_owned()
-        })
-        .collect()
-}
 
 /// The weights in one worker's own output.
 fn final_of(output: &str) -> String {

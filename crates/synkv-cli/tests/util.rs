@@ -231,3 +231,15 @@ impl Raw {
         std::iter::from_fn(|| self.next()).collect()
     }
 }
+
+/// The `final …` line of every worker of a `synkv launch` output (the weights, printed exactly), sorted by rank.
+pub fn finals(output: &str, workers: u32) -> Vec<String> {
+    (0..workers)
+        .map(|w| {
+            let prefix = format!("[worker {w}] selftest ");
+            let line = output.lines().find(|l| l.starts_with(&prefix) && l.contains(" final "));
+            let line = line.unwrap_or_else(|| panic!("worker {w} printed no final weights:\n{output}"));
+            line.split(" final ").nth(1).unwrap_or_default().to_owned()
+        })
+        .collect()
+}
