@@ -141,13 +141,13 @@ fn dry_run_prints_quoted_commands_without_the_secret() {
     let sched = line("scheduler");
     assert!(sched.contains("DMLC_ROLE=scheduler") && sched.contains("DMLC_PS_ROOT_PORT=9123") && sched.ends_with(" scheduler"), "{sched}");
     let server1 = line("server 1");
-    assert!(server1.contains("fake-ssh -o StrictHostKeyChecking=no -p 2200 bob@node-b 'cd "), "{server1}");
+    assert!(server1.contains("fake-ssh -o StrictHostKeyChecking=accept-new -p 2200 bob@node-b 'cd "), "{server1}");
     assert!(server1.contains("DMLC_NODE_HOST=node-b") && server1.ends_with("# SYNKV_SECRET on standard input (redacted)"), "{server1}");
     // The printed line is valid shell: its last word is the remote command, itself quoted.
     let worker = line("worker 0");
     let words = shell_words(worker.trim_start_matches("[worker 0] "));
     let ssh = s.dir.join("fake-ssh").display().to_string();
-    assert_eq!(words[..4], [ssh.as_str(), "-o", "StrictHostKeyChecking=no", "node-a"], "{worker}");
+    assert_eq!(words[..4], [ssh.as_str(), "-o", "StrictHostKeyChecking=accept-new", "node-a"], "{worker}");
     assert_eq!(words.len(), 5, "{worker}");
     let remote = words.last().expect("a remote command");
     assert!(remote.starts_with("cd ") && remote.ends_with(r" ./train 'it'\''s' 'a b'"), "{remote}");

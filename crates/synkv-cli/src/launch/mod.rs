@@ -293,6 +293,7 @@ fn ssh_plan(args: &LaunchArgs, spec: &JobSpec) -> Result<Vec<Planned>> {
         command: &spec.command,
         env,
         secret,
+        host_key_checking: ssh::host_key_checking(std::env::var("SYNKV_SSH_HOST_KEY_CHECKING").ok().as_deref())?,
     };
     (spec.notes)(&format!(
         "scheduler at {}:{} on this host, {} servers and {} workers over {} hosts through {:?}",

@@ -10,8 +10,12 @@
 //! hostfile writes it (so that name must resolve to that host from every other host).
 //!
 //! **Remote command.** Each is started as
-//! `$SYNKV_SSH -o StrictHostKeyChecking=no [-p port] [user@]host 'cd CWD && exec env VAR=… CMD ARGS'`
-//! (`SYNKV_SSH` defaults to `ssh`; tests substitute a script). Every word is shell-quoted with
+//! `$SYNKV_SSH -o StrictHostKeyChecking=accept-new [-p port] [user@]host 'cd CWD && exec env VAR=… CMD ARGS'`
+//! (`SYNKV_SSH` defaults to `ssh`; tests substitute a script). Host keys are checked: a known
+//! host whose key changed is refused (the secret is sent only to hosts that prove the key
+//! they had before); a host seen for the first time is added, as `accept-new` does.
+//! `SYNKV_SSH_HOST_KEY_CHECKING` picks another value (`yes`, `ask`) or `config` (no option:
+//! the user's ssh configuration decides); `no` is refused. Every word is shell-quoted with
 //! [`quote`], for the remote user's login shell, which must be POSIX-like (sh, dash, bash,
 //! zsh; not csh or fish). CWD is the launcher's directory, which must exist on every host
 //! (a shared file system, as MXNet assumes without `--sync-dst-dir`); servers run
@@ -114,9 +118,26 @@ pub(crate) fn remote_command(cwd: &str, env: &[(String, String)], reads_secret: 
     s
 }
 
-/// ssh's arguments for running `remote` on `host`.
-pub(crate) fn ssh_args(host: &Host, remote: String) -> Vec<String> {
-    let mut args = vec!["-o".to_owned(), "StrictHostKeyChecking=no".to_owned()];
+/// The `StrictHostKeyChecking` value the launcher passes to ssh, from
+/// `SYNKV_SSH_HOST_KEY_CHECKING` (`None`: pass none, the user's ssh configuration decides).
+pub(crate) fn host_key_checking(from_env: Option<&str>) -> Result<Option<String>> {
+    match from_env.map(str::trim) {
+        None | Some("") => Ok(Some("accept-new".to_owned())),
+        Some("config") => Ok(None),
+        Some(v @ ("yes" | "accept-new" | "ask")) => Ok(Some(v.to_owned())),
+        Some(v) if v.eq_ignore_ascii_case("no") || v.eq_ignore_ascii_case("off") => bail!(
+            "SYNKV_SSH_HOST_KEY_CHECKING={v}: the launcher sends the job's secret over these connections, so it does not turn host-key checking off; use accept-new (the default), yes, ask, or config"
+        ),
+        Some(v) => bail!("SYNKV_SSH_HOST_KEY_CHECKING={v:?} is not one of accept-new (the default), yes, ask, config"),
+    }
+}
+
+/// ssh's arguments for running `remote` on `host`, checking host keys as `checking` says.
+pub(crate) fn ssh_args(host: &Host, checking: Option<&str>, remote: String) -> Vec<String> {
+    let mut args = Vec::new();
+    if let Some(c) = checking {
+        args.extend(["-o".to_owned(), format!("StrictHostKeyChecking={c}")]);
+    }
     if let Some(p) = host.port {
         args.extend(["-p".to_owned(), p.to_string()]);
     }
@@ -171,6 +192,8 @@ pub(crate) struct SshJob<'a> {
     /// Forwarded variables, without the secret.
     pub(crate) env: EnvVars,
     pub(crate) secret: Option<String>,
+    /// ssh's `StrictHostKeyChecking` (see [`host_key_checking`]).
+    pub(crate) host_key_checking: Option<String>,
 }
 
 impl SshJob<'_> {
@@ -197,7 +220,7 @@ impl SshJob<'_> {
             let argv: Vec<String> = if role == "server" { vec![self.remote_synkv.clone(), "server".into()] } else { self.command.to_vec() };
             let remote = remote_command(&self.cwd, &env, self.secret.is_some(), &argv);
             let mut cmd = Command::new(&self.ssh);
-            cmd.args(ssh_args(host, remote));
+            cmd.args(ssh_args(host, self.host_key_checking.as_deref(), remote));
             let stdin = self.secret.as_ref().map(|s| format!("{s}\n").into_bytes());
             let part = if role == "server" { Part::Server } else { Part::Worker };
             plan.push(Planned { label: format!("{role} {i}"), role: part, cmd, stdin, place: format!(" on {host} via ssh") });
@@ -292,6 +315,20 @@ mod tests {
     }
 
     #[test]
+    fn host_keys_are_checked_unless_the_user_configures_it_and_never_turned_off() {
+        assert_eq!(host_key_checking(None).unwrap().as_deref(), Some("accept-new"));
+        assert_eq!(host_key_checking(Some("yes")).unwrap().as_deref(), Some("yes"));
+        assert_eq!(host_key_checking(Some("config")).unwrap(), None);
+        for off in ["no", "off", "NO"] {
+            let e = host_key_checking(Some(off)).unwrap_err().to_string();
+            assert!(e.contains("does not turn host-key checking off"), "{e}");
+        }
+        assert!(host_key_checking(Some("maybe")).is_err());
+        let host = Host { user: None, host: "n0".into(), port: None };
+        assert_eq!(ssh_args(&host, None, "true".into()), ["n0", "true"]);
+    }
+
+    #[test]
     fn ssh_arguments_and_round_robin_placement() {
         let hosts = super::super::hostfile::parse("h", "n0\nbob@n1:2222\n").unwrap();
         let exe = Path::new("/opt/synkv");
@@ -309,6 +346,7 @@ mod tests {
             command: &cmd,
             env: vec![("SYNKV_TIMEOUT_MS".into(), "5".into())],
             secret: Some("hush".into()),
+            host_key_checking: Some("accept-new".into()),
         };
         let plan = job.plan();
         let labels: Vec<&str> = plan.iter().map(|p| p.label.as_str()).collect();
@@ -326,7 +364,7 @@ mod tests {
             ]
         );
         let args: Vec<String> = plan[2].cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
-        assert_eq!(&args[..5], ["-o", "StrictHostKeyChecking=no", "-p", "2222", "bob@n1"]);
+        assert_eq!(&args[..5], ["-o", "StrictHostKeyChecking=accept-new", "-p", "2222", "bob@n1"]);
         assert_eq!(
             args[5],
             "cd '/work dir' && IFS= read -r SYNKV_SECRET && export SYNKV_SECRET && exec env DMLC_ROLE=server \
