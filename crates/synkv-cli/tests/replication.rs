@@ -128,6 +128,26 @@ fn the_launcher_with_replicas_keeps_a_job_going_when_a_server_is_killed() {
     assert_eq!(out.lines().filter(|l| l.contains(" final ")).count(), 2, "{out}");
 }
 
+/// Two servers killed at once: the second held a partition whose backup was the first (or
+/// was still being copied), so the job cannot go on. It must end — every survivor exits with
+/// a failure, by failure detection — and say why, never hang.
+#[test]
+fn two_servers_killed_at_once_end_the_job_cleanly() {
+    let args = ["ckpt-train", "--repeat", "40", "--sleep-secs", "0.25"];
+    let mut job = Job::start(3, 2, &args, &[REPLICAS]);
+    let deadline = Instant::now() + JOB_BOUND;
+    assert!(job.workers[0].wait_for_output("round 2 pushed", deadline), "{}", job.workers[0].output());
+    job.servers[1].kill();
+    job.servers[2].kill();
+    let mut output = String::new();
+    for p in job.workers.iter_mut().chain(std::iter::once(&mut job.servers[0])).chain(std::iter::once(&mut job.scheduler)) {
+        let status = p.wait_until(deadline);
+        output.push_str(&p.output());
+        assert!(status.is_some_and(|s| !s.success()), "{status:?}: {}", p.output());
+    }
+    assert!(output.contains("no complete backup"), "the scheduler says why:\n{output}");
+}
+
 /// Replication with no failure costs nothing in values: the weights equal a job without
 /// replicas.
 #[test]
