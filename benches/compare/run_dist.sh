@@ -15,7 +15,7 @@
 #
 # Environment knobs (all optional):
 #   MXNET_VENV     venv with mxnet==1.9.1                  (default ./.venv-mxnet)
-#   TORCH_VENV     venv with torch; skipped if absent       (default /work/scratch/venv-torch)
+#   TORCH_VENV     venv with torch; skipped if absent       (default ./.venv-torch)
 #   BENCH_ITERS    timed iterations per job                 (default 20)
 #   BENCH_WARMUP   untimed warmup iterations per job        (default 3)
 #   BENCH_ROUNDS   synkv/mxnet(/torch) rounds per case      (default 2)
@@ -37,7 +37,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 MXNET_VENV="${MXNET_VENV:-$root/.venv-mxnet}"
 [[ "$MXNET_VENV" = /* ]] || MXNET_VENV="$PWD/$MXNET_VENV"
-TORCH_VENV="${TORCH_VENV:-/work/scratch/venv-torch}"
+TORCH_VENV="${TORCH_VENV:-$root/.venv-torch}"
 [[ "$TORCH_VENV" = /* ]] || TORCH_VENV="$PWD/$TORCH_VENV"
 cd "$root"
 
