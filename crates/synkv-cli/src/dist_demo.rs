@@ -183,6 +183,7 @@ pub(crate) fn run(args: &DistDemoArgs) -> Result<()> {
         grace: default_grace(),
         env: Vec::new(),
         servers_may_die: false,
+        max_restarts: 0,
         sink: sink(std::io::stdout().is_terminal()),
         notes: Arc::new(|note: &str| {
             if note.contains("status") || note.contains("could not") || note.contains("killing") || note.contains("interrupted") {

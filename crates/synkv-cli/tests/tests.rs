@@ -13,4 +13,5 @@ mod launch;
 mod launch_ssh;
 mod real_job;
 mod replication;
+mod restarts;
 mod security;

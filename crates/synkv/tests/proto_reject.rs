@@ -70,8 +70,8 @@ fn reject_unknown_command() {
 #[test]
 fn reject_unknown_flags() {
     let mut b = frame(&sample());
-    b[8] = 0x81;
-    assert_eq!(reject(&b), DecodeError::UnknownFlags(0x80));
+    b[9] = 0x01;
+    assert_eq!(reject(&b), DecodeError::UnknownFlags(0x100));
 }
 
 /// Header offset 10 (reserved in version 2) is the partition since version 3: 0 = none.

@@ -91,6 +91,11 @@ pub(crate) struct LaunchArgs {
     /// server that dies is replaced by the backups and the job goes on (needs 2+ servers).
     #[arg(long)]
     replicas: Option<u32>,
+    /// Restart a worker that dies (same rank) up to this many times in all; sets
+    /// SYNKV_WORKER_RESTARTS=1 for every process, so a worker's death does not end the job
+    /// (see docs/dist.md for what a restarted worker does).
+    #[arg(long, default_value_t = 0)]
+    max_restarts: u32,
     /// The worker command and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     command: Vec<String>,
@@ -118,6 +123,8 @@ pub(crate) struct JobSpec {
     /// Whether a server's death leaves the job running (replicas): the scheduler decides
     /// whether the job goes on, and ends it if not.
     pub(crate) servers_may_die: bool,
+    /// Worker restarts allowed in all (`--max-restarts`).
+    pub(crate) max_restarts: u32,
 }
 
 /// The replica count of a job: `--replicas`, else `SYNKV_SERVER_REPLICAS`, else 0.
@@ -167,11 +174,14 @@ fn launch(args: &LaunchArgs) -> Result<u8> {
         },
         sink: prefixing_sink(),
         notes: Arc::new(|note: &str| eprintln!("[launch] {note}")),
-        env: match args.replicas {
-            Some(n) => vec![("SYNKV_SERVER_REPLICAS".to_owned(), n.to_string())],
-            None => Vec::new(),
-        },
+        env: args
+            .replicas
+            .map(|n| ("SYNKV_SERVER_REPLICAS".to_owned(), n.to_string()))
+            .into_iter()
+            .chain((args.max_restarts > 0).then(|| ("SYNKV_WORKER_RESTARTS".to_owned(), "1".to_owned())))
+            .collect(),
         servers_may_die: replicas(args.replicas)? > 0,
+        max_restarts: args.max_restarts,
     };
     check_counts(&spec)?;
     if spec.servers_may_die && spec.servers < 2 {

@@ -10,6 +10,10 @@
 //! exited, or every worker did — the processes still running get the grace period too, then
 //! are killed and named, and the status is 1 (they hung). It knows each process's [`Part`]
 //! (scheduler, server, worker), not where it really runs: a killed `ssh` is all it can kill.
+//!
+//! With `--max-restarts N`, a worker that fails (non-zero status or a signal) while the job
+//! runs is started again with the same command and environment (so the same rank), up to N
+//! times in all; with `--replicas 1` a server's death is noted and left to the scheduler.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -52,6 +56,8 @@ struct Proc {
     child: Child,
     status: Option<ExitStatus>,
     pumps: Vec<JoinHandle<()>>,
+    /// A worker's command and standard input, kept to restart it (`--max-restarts`).
+    again: Option<(Command, Option<Vec<u8>>)>,
 }
 
 /// Starts every process of `plan` in order, supervises them and returns the job's exit status
@@ -66,14 +72,12 @@ pub(crate) fn run_plan(plan: Vec<Planned>, spec: &JobSpec) -> u8 {
         match cmd.spawn() {
             Ok(mut child) => {
                 note(&format!("started {label}{place} (pid {})", child.id()));
-                if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
-                    // A few bytes: they fit in the pipe's buffer, so this does not block. A
-                    // process that died already shows up in `supervise`.
-                    if let Err(e) = pipe.write_all(&bytes) {
-                        note(&format!("could not write to the standard input of {label}: {e}"));
-                    }
+                feed(&mut child, stdin.as_deref(), &label, note);
+                let mut proc = start(label, role, child, &spec.sink);
+                if role == Part::Worker && spec.max_restarts > 0 {
+                    proc.again = Some((cmd, stdin));
                 }
-                procs.push(start(label, role, child, &spec.sink));
+                procs.push(proc);
             }
             Err(e) => {
                 note(&format!("could not start {label}{place} ({:?}): {e}", cmd.get_program()));
@@ -88,6 +92,38 @@ pub(crate) fn run_plan(plan: Vec<Planned>, spec: &JobSpec) -> u8 {
     code
 }
 
+/// Writes `stdin` (if any) to the child's standard input and closes it.
+fn feed(child: &mut Child, stdin: Option<&[u8]>, label: &str, note: &super::Notes) {
+    if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        // A few bytes: they fit in the pipe's buffer, so this does not block. A process that
+        // died already shows up in `supervise`.
+        if let Err(e) = pipe.write_all(bytes) {
+            note(&format!("could not write to the standard input of {label}: {e}"));
+        }
+    }
+}
+
+/// Starts a dead worker's command again (same rank: same environment). Whether it did.
+fn restart(p: &mut Proc, sink: &Sink, note: &super::Notes) -> bool {
+    let Some((mut cmd, stdin)) = p.again.take() else { return false };
+    match cmd.spawn() {
+        Ok(mut child) => {
+            note(&format!("restarted {} (pid {})", p.label, child.id()));
+            feed(&mut child, stdin.as_deref(), &p.label, note);
+            let fresh = start(p.label.clone(), p.role, child, sink);
+            let old = std::mem::replace(p, Proc { again: Some((cmd, stdin)), ..fresh });
+            for pump in old.pumps {
+                let _ = pump.join();
+            }
+            true
+        }
+        Err(e) => {
+            note(&format!("could not restart {}: {e}", p.label));
+            false
+        }
+    }
+}
+
 fn start(label: String, role: Part, mut child: Child, sink: &Sink) -> Proc {
     let mut pumps = Vec::new();
     if let Some(out) = child.stdout.take() {
@@ -96,7 +132,7 @@ fn start(label: String, role: Part, mut child: Child, sink: &Sink) -> Proc {
     if let Some(err) = child.stderr.take() {
         pumps.push(pump(err, label.clone(), true, Arc::clone(sink)));
     }
-    Proc { label, role, killed: false, child, status: None, pumps }
+    Proc { label, role, killed: false, child, status: None, pumps, again: None }
 }
 
 /// Hands `src` line by line to `sink`.
@@ -147,6 +183,7 @@ fn supervise(procs: &mut [Proc], interrupted: &AtomicBool, spec: &JobSpec) -> u8
     // stragglers had to be killed after it.
     let mut over: Option<Instant> = None;
     let mut stuck = false;
+    let mut restarts_left = spec.max_restarts;
     loop {
         if interrupted.load(Ordering::Acquire) {
             note("interrupted: stopping every process");
@@ -169,6 +206,14 @@ fn supervise(procs: &mut [Proc], interrupted: &AtomicBool, spec: &JobSpec) -> u8
             note(&format!("{} exited with status {code}", p.label));
             if p.killed {
                 continue; // our own kill, not a failure of the job
+            }
+            if p.role == Part::Worker && restarts_left > 0 && first_failure.is_none() && over.is_none() {
+                let n = spec.max_restarts - restarts_left + 1;
+                note(&format!("{} died; restarting it with the same rank (restart {n} of {})", p.label, spec.max_restarts));
+                if restart(p, &spec.sink, note) {
+                    restarts_left -= 1;
+                    continue;
+                }
             }
             if p.role == Part::Server && spec.servers_may_die {
                 note(&format!(
@@ -305,6 +350,7 @@ mod tests {
             notes: Arc::new(move |n: &str| sink_notes.lock().unwrap().push(n.to_owned())),
             env: Vec::new(),
             servers_may_die,
+            max_restarts: 0,
         };
         let started = Instant::now();
         let code = run_plan(plan, &spec);

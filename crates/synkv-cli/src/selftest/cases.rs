@@ -43,6 +43,7 @@ pub(crate) fn run(args: &DistArgs) -> Result<()> {
         "big-states" => super::real_job::big_states(&kv, args)?,
         "hold" => super::real_job::hold(&kv, args)?,
         "ckpt-train" | "ckpt-resume" => super::real_job::checkpoint_train(&kv, args)?,
+        "restart-train" => super::real_job::restart_train(&kv, args)?,
         "chaos" => super::chaos::chaos(&kv, args)?,
         other => bail!("unknown selftest case {other:?}"),
     }

@@ -61,6 +61,10 @@ pub(crate) struct DistArgs {
     /// Elements of the big key, split over the servers (ckpt-train; a multiple of 1000).
     #[arg(long, default_value_t = 1_200_000)]
     big_elems: usize,
+    /// Rank 1 dies (exit 137) right after the pull of this round, once (restart-train; the
+    /// marker file that says it died is in `--dir`).
+    #[arg(long)]
+    die_at: Option<u64>,
     /// Gradient compression of the pushes (ckpt-train): `2bit` or `1bit`.
     #[arg(long)]
     compression: Option<String>,

@@ -246,3 +246,62 @@ pub(super) fn checkpoint_train(kv: &KVStore, args: &DistArgs) -> Result<()> {
     println!("selftest {}: rank {rank} final {}", args.case, finals.join(" "));
     Ok(())
 }
+
+/// A job a worker dies in and is restarted into (`synkv launch --max-restarts`): the Test
+/// optimizer (`w += g`) on a small key and a key split over the servers, every worker pushing
+/// ones and pulling each round, `--repeat R` rounds per process. With `--die-at K`, rank 1's
+/// first process exits (status 137, as if killed) right after its pull of round K, so exactly K
+/// of its pushes are in; its restarted process (the marker in `--dir` says it is one) pushes R
+/// rounds more. Each process prints the value it pulled last: the restarted one, which ends
+/// after every other (sync: it is K rounds behind; async: after a final barrier), sees
+/// `1 + 2R + K` (for 2 workers) — every push counted once.
+pub(super) fn restart_train(kv: &KVStore, args: &DistArgs) -> Result<()> {
+    let rank = kv.rank();
+    let dir = args.dir.as_ref().context("restart-train needs --dir (for the marker of the first death)")?;
+    let marker = dir.join(format!("died-{rank}"));
+    let again = marker.exists();
+    println!("selftest restart-train: rank {rank} starts{}", if again { " again (restarted)" } else { "" });
+    kv.set_optimizer(Optimizer::test().with_rescale_grad(1.0))?;
+    let big = [args.big_elems.div_ceil(1000).max(1), 1000];
+    let shapes: [(&str, &[usize]); 2] = [("small", &[3, 5]), ("big", &big)];
+    for (k, shape) in &shapes {
+        kv.init(*k, &full(shape, 1.0, DType::F32))?;
+    }
+    let keys: Vec<&str> = shapes.iter().map(|(k, _)| *k).collect();
+    let outs: Vec<NDArray> = shapes.iter().map(|(_, shape)| full(shape, 0.0, DType::F32)).collect();
+    for round in 1..=args.repeat as u64 {
+        let grads: Vec<NDArray> = shapes.iter().map(|(_, shape)| full(shape, 1.0, DType::F32)).collect();
+        kv.push(keys.clone(), &grads)?;
+        kv.pull(keys.clone(), &outs)?;
+        for o in &outs {
+            o.wait_to_read()?;
+        }
+        println!("selftest restart-train: round {round} pushed");
+        if rank == 1 && !again && args.die_at == Some(round) {
+            std::fs::write(&marker, b"died")?;
+            println!("selftest restart-train: rank {rank} dies after round {round}");
+            std::process::exit(137);
+        }
+        if args.sleep_secs > 0.0 {
+            sleep(args.sleep_secs);
+        }
+    }
+    if args.store == "dist_async" {
+        // Every process's pushes are in once each has pulled after its last push; a barrier
+        // (the restarted process counts as the dead one's member) makes the last pull see all.
+        // Not in sync: the restarted process is rounds behind, so the others' barrier would
+        // hold the rounds it still has to push.
+        kv.barrier()?;
+        kv.pull(keys.clone(), &outs)?;
+    }
+    let mut finals = Vec::new();
+    for ((k, _), o) in shapes.iter().zip(&outs) {
+        let v = o.to_vec::<f32>()?;
+        if v.iter().any(|x| x.to_bits() != v[0].to_bits()) {
+            bail!("key {k}: the elements differ");
+        }
+        finals.push(format!("{k}={}", v[0]));
+    }
+    println!("selftest restart-train: rank {rank} final {}", finals.join(" "));
+    Ok(())
+}

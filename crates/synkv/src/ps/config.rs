@@ -70,6 +70,10 @@ pub struct Config {
     /// `SYNKV_SERVER_REPLICAS`: backup copies of every partition on other servers (0 or 1).
     /// With 1, a dead server's partitions move to their backups and the job goes on.
     pub replicas: u32,
+    /// `SYNKV_WORKER_RESTARTS`: a dead worker may be restarted (`synkv launch
+    /// --max-restarts`): its death does not end the job; rounds and barriers stop waiting for
+    /// it until a new process takes its rank.
+    pub worker_restarts: bool,
 }
 
 /// How often the workers take a checkpoint (`SYNKV_CHECKPOINT_INTERVAL`).
@@ -236,6 +240,7 @@ impl Config {
                 "0, or at least 2 servers",
             ));
         }
+        let worker_restarts = number::<u32>(get, "SYNKV_WORKER_RESTARTS", Some(0), (0, 1), "0 or 1")?.unwrap_or(0) == 1;
         Ok(Config {
             role,
             root_uri,
@@ -256,6 +261,7 @@ impl Config {
             checkpoint_dir,
             checkpoint_interval,
             replicas,
+            worker_restarts,
         })
     }
 

@@ -45,6 +45,7 @@ const OUTBOX: usize = 256;
 #[derive(Debug)]
 pub struct Cluster {
     me: Node,
+    rejoined: bool,
     nodes: Vec<Node>,
     config: Config,
     shared: Arc<Shared>,
@@ -125,8 +126,13 @@ impl Cluster {
                 .map_or_else(|| Error::Shutdown("the scheduler shut down before rendezvous".into()), |f| f.to_error()));
         };
         let (me, nodes) = validate_node_list(&list, &me, config, &scheduler)?;
-        tracing::info!("joined the cluster as {me}");
-        Ok(Cluster { me, nodes, config: config.clone(), shared, outbox, stop, tracker, _guard: guard })
+        let rejoined = list.meta.text == crate::ps::scheduler::REJOIN;
+        if rejoined {
+            tracing::warn!("joined the running job as {me}, in the place of a worker that died");
+        } else {
+            tracing::info!("joined the cluster as {me}");
+        }
+        Ok(Cluster { me, rejoined, nodes, config: config.clone(), shared, outbox, stop, tracker, _guard: guard })
     }
 
     /// This node, with its id and rank.
@@ -237,9 +243,16 @@ impl Cluster {
         self.send(Message::new(Command::CheckpointAt).with_request_id(at)).await
     }
 
-    /// The ranks of the workers that finished so far, updated as the scheduler reports them.
+    /// The ranks of the workers that rounds must not wait for, updated as the scheduler
+    /// reports them: those that finished, and those that died and may be restarted
+    /// (`SYNKV_WORKER_RESTARTS=1`) until they are back.
     pub fn done_workers(&self) -> watch::Receiver<BTreeSet<Rank>> {
-        self.watch_status(|s| s.done_workers.clone())
+        self.watch_status(|s| s.done_workers.union(&s.away_workers).copied().collect())
+    }
+
+    /// Whether this worker took the rank of one that died (a restart into a running job).
+    pub fn rejoined(&self) -> bool {
+        self.rejoined
     }
 
     /// The ranks of the servers that died and whose partitions moved to their backups

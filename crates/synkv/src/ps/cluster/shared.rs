@@ -50,6 +50,8 @@ pub(super) struct Status {
     pub(super) checkpoint_at: Option<u64>,
     /// Servers that died and failed over to their backups, in the announced order.
     pub(super) dead_servers: Vec<Rank>,
+    /// Workers that died and may be restarted (`WorkerAway`, until `WorkerBack`).
+    pub(super) away_workers: BTreeSet<Rank>,
 }
 
 #[derive(Debug)]
@@ -162,6 +164,25 @@ impl Shared {
                 }
                 Ok(node) => tracing::warn!("ignoring Failover for {node}, which is not a server"),
                 Err(e) => tracing::warn!("ignoring a malformed Failover: {e}"),
+            },
+            Command::WorkerAway | Command::WorkerBack => match msg.single_node() {
+                Ok(node) if node.role == Role::Worker => {
+                    let (rank, away) = (node.rank.unwrap_or(u32::MAX), msg.command == Command::WorkerAway);
+                    if away {
+                        tracing::warn!("{node} died; the job goes on without it until it is restarted");
+                    } else {
+                        tracing::warn!("{node} is back (restarted)");
+                    }
+                    self.status.send_modify(|s| {
+                        if away {
+                            s.away_workers.insert(rank);
+                        } else {
+                            s.away_workers.remove(&rank);
+                        }
+                    });
+                }
+                Ok(node) => tracing::warn!("ignoring {:?} for {node}, which is not a worker", msg.command),
+                Err(e) => tracing::warn!("ignoring a malformed {:?}: {e}", msg.command),
             },
             Command::CheckpointAt => {
                 let at = msg.request_id;

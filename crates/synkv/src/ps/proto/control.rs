@@ -60,6 +60,13 @@ impl Message {
         m
     }
 
+    /// `WorkerAway` or `WorkerBack` (`command`) about `node`.
+    pub fn worker_moved(command: Command, node: Node) -> Message {
+        let mut m = Message::new(command).with_sender(NodeId::SCHEDULER);
+        m.meta.nodes.push(node);
+        m
+    }
+
     /// `Error` answering request `request_id` (code [`ErrorCode::Other`]).
     pub fn error(request_id: u64, text: impl Into<String>) -> Message {
         Message::coded_error(request_id, ErrorCode::Other, text)

@@ -69,11 +69,16 @@ pub enum Command {
     Failover,
     /// Server → scheduler: this server's backup copy of partition `head` is complete.
     ReplicaReady,
+    /// Scheduler → node: a worker died and may be restarted (`SYNKV_WORKER_RESTARTS=1`);
+    /// until it is back, rounds and barriers do not wait for it.
+    WorkerAway,
+    /// Scheduler → node: a restarted worker took its rank again.
+    WorkerBack,
 }
 
 impl Command {
     /// Every command, for tests and documentation.
-    pub const ALL: [Command; 23] = [
+    pub const ALL: [Command; 25] = [
         Command::Register,
         Command::NodeList,
         Command::Barrier,
@@ -97,6 +102,8 @@ impl Command {
         Command::Replicate,
         Command::Failover,
         Command::ReplicaReady,
+        Command::WorkerAway,
+        Command::WorkerBack,
     ];
 
     /// The wire code.
@@ -125,6 +132,8 @@ impl Command {
             Command::Replicate => 24,
             Command::Failover => 25,
             Command::ReplicaReady => 26,
+            Command::WorkerAway => 27,
+            Command::WorkerBack => 28,
         }
     }
 }
@@ -162,8 +171,11 @@ impl Flags {
     /// it already applied (through the dead server's replication) is acknowledged, not
     /// refused as a duplicate.
     pub const RETRY: Flags = Flags(0x40);
+    /// A `Pull` asking, per key part, for the round id the sender's next push must carry
+    /// (a restarted worker picking up its predecessor's count); answered in `meta.rounds`.
+    pub const ROUND_IDS: Flags = Flags(0x80);
     /// Every bit this version understands.
-    pub const KNOWN: Flags = Flags(0x7F);
+    pub const KNOWN: Flags = Flags(0xFF);
 
     /// The raw bits.
     pub const fn bits(self) -> u16 {

@@ -27,7 +27,7 @@
 //! | 0      | magic        | [u8; 4] | `b"SKV1"`                                              |
 //! | 4      | version      | u16     | [`PROTOCOL_VERSION`] (3)                               |
 //! | 6      | command      | u16     | a [`Command`] code (table below)                       |
-//! | 8      | flags        | u16     | known [`Flags`] bits only (`0x007F`)                   |
+//! | 8      | flags        | u16     | known [`Flags`] bits only (`0x00FF`)                   |
 //! | 10     | partition    | u16     | 0 = none; p + 1 = the server partition p it is about   |
 //! | 12     | sender       | u32     | any; 0 = not assigned yet (ids as spec K8.5)           |
 //! | 16     | request id   | u64     | any; a reply echoes its request's id                   |
@@ -83,6 +83,8 @@
 //! | 24   | `Replicate`        | server → server      | a change of a partition for its backup copy (partition; request id = sequence number; priority = kind, see `server/partition/replica.rs`); acknowledged by a `Reply` with the same id |
 //! | 25   | `Failover`         | scheduler → node     | nodes = [the dead server]; text = reason: its partitions moved to their backups (`SYNKV_SERVER_REPLICAS=1`) |
 //! | 26   | `ReplicaReady`     | server → scheduler   | head = partition whose backup copy on the sender is complete |
+//! | 27   | `WorkerAway`       | scheduler → node     | nodes = [the worker]: it died and may be restarted (`SYNKV_WORKER_RESTARTS=1`); rounds and barriers stop waiting for it |
+//! | 28   | `WorkerBack`       | scheduler → node     | nodes = [the worker]: a restarted worker holds its rank again |
 //!
 //! `NodeDead` also travels server → worker: a server that stops because a node died tells its
 //! workers which one before it closes their connections.
@@ -97,6 +99,7 @@
 //! | 0x0010 | `OFFSETS`    | the meta carries key offsets (set by the encoder when `Meta::offsets` is non-empty) |
 //! | 0x0020 | `ROUNDS`     | the meta carries round ids (set by the encoder when `Meta::rounds` is non-empty); `OFFSETS` and `ROUNDS` on a frame without keys are refused |
 //! | 0x0040 | `RETRY`      | a request re-sent after a failover: a push whose round was already applied is answered as done, not refused as a duplicate |
+//! | 0x0080 | `ROUND_IDS`  | a `Pull` asking for the round id the sender's next push of each key part must carry (`meta.rounds` in the reply): a restarted worker continues its predecessor's count |
 //!
 //! A worker's data request names its partition (header offset 10): the server rank the slicer
 //! placed the key parts on. With replicas, a server may serve several partitions (its own and

@@ -38,6 +38,9 @@ use crate::ps::topology::Topology;
 use crate::ps::transport::Outbox;
 use crate::ps::{Config, Error, Result};
 
+/// The text of a `NodeList` sent to a restarted worker that takes an away rank.
+pub(crate) const REJOIN: &str = "rejoin";
+
 /// Identifies one accepted connection.
 pub(super) type ConnId = u64;
 
@@ -92,6 +95,9 @@ pub(super) struct Core {
     topology: Topology,
     /// Partitions whose backup copy is being rebuilt after a failover.
     unprotected: BTreeSet<u32>,
+    /// Workers that died and may be restarted (`SYNKV_WORKER_RESTARTS=1`): their last node
+    /// entry and since when they are away.
+    away: BTreeMap<crate::ps::node::Rank, (Node, Instant)>,
 }
 
 impl Core {
@@ -109,6 +115,7 @@ impl Core {
             topology: Topology::new(config.num_servers),
             // Every backup copy starts empty and is complete once its first snapshot arrived.
             unprotected: if config.replicas > 0 { (0..config.num_servers).collect() } else { BTreeSet::new() },
+            away: BTreeMap::new(),
             config,
         }
     }
@@ -162,6 +169,10 @@ impl Core {
 
     fn on_register(&mut self, conn: ConnId, node: Node, outbox: Outbox, token: CancellationToken, now: Instant) -> Outcome {
         self.peers.insert(conn, Peer { node: node.clone(), outbox, token, last_seen: now, done: false });
+        if self.phase == Phase::Running && node.role == Role::Worker && !self.away.is_empty() {
+            self.rejoin(conn, node, now);
+            return Outcome::Continue;
+        }
         if self.phase != Phase::Registering {
             let text =
                 format!("the cluster is already formed ({} nodes); joining or restarting a node is not supported", self.config.num_nodes());
@@ -181,6 +192,74 @@ impl Core {
             self.form_cluster(now);
         }
         Outcome::Continue
+    }
+
+    /// A restarted worker registers while its rank is away: it takes that rank (the one its
+    /// task id names, else the lowest away), gets the node list marked `rejoin`, and every other
+    /// node is told `WorkerBack`. Its barrier history starts over (a new process counts its
+    /// barrier requests from 1 again).
+    fn rejoin(&mut self, conn: ConnId, mut node: Node, now: Instant) {
+        let rank = node.task_id.filter(|t| self.away.contains_key(t)).or_else(|| self.away.keys().next().copied());
+        let Some((rank, (old, _))) = rank.and_then(|r| self.away.remove_entry(&r)) else { return };
+        node.rank = Some(rank);
+        node.id = old.id;
+        if let Some(p) = self.peers.get_mut(&conn) {
+            p.node = node.clone();
+            p.last_seen = now;
+        }
+        for waiting in self.barriers.values_mut() {
+            waiting.remove(&node.id);
+        }
+        self.released.retain(|(_, id), _| *id != node.id);
+        let mut list = vec![self.me.clone()];
+        list.extend(self.peers.values().map(|p| p.node.clone()));
+        list.extend(self.away.values().map(|(n, _)| n.clone()));
+        list.extend(self.done_nodes());
+        list.sort_by_key(|n| n.id);
+        list.dedup_by_key(|n| n.id);
+        let mut msg = Message::node_list(list, node.id);
+        msg.meta.text = REJOIN.to_owned();
+        tracing::warn!("{node} rejoins the running job as worker rank {rank} (restarted)");
+        if let Err(reason) = self.send(conn, msg) {
+            tracing::warn!("could not send the node list to {node}: {reason}");
+        }
+        let back = node.clone();
+        self.broadcast(|p| (p.node.id != back.id).then(|| Message::worker_moved(Command::WorkerBack, back.clone())));
+    }
+
+    /// The nodes of the finished workers whose connections are gone (for a rejoin's list).
+    fn done_nodes(&self) -> Vec<Node> {
+        let connected: BTreeSet<NodeId> = self.peers.values().map(|p| p.node.id).collect();
+        self.done
+            .iter()
+            .filter(|id| !connected.contains(id))
+            .filter_map(|id| {
+                let (Role::Worker, rank) = id.role_rank()? else { return None };
+                let mut n = Node::unassigned(Role::Worker, "0.0.0.0", 0, None);
+                n.id = *id;
+                n.rank = Some(rank);
+                Some(n)
+            })
+            .collect()
+    }
+
+    /// With `SYNKV_WORKER_RESTARTS=1`, a dead worker is *away*, not fatal: every node is told
+    /// `WorkerAway`, rounds and barriers stop waiting for it, and a restarted process may take
+    /// its rank (within `SYNKV_TIMEOUT_MS`). `None` when that does not apply.
+    fn worker_away(&mut self, node: &Node, reason: &str) -> Option<Outcome> {
+        let rank = node.rank?;
+        if !self.config.worker_restarts || node.role != Role::Worker || self.done.contains(&node.id) {
+            return None;
+        }
+        tracing::warn!("{node} died: {reason}; the job goes on without it until a restarted worker takes rank {rank}");
+        self.away.insert(rank, (node.clone(), Instant::now()));
+        for waiting in self.barriers.values_mut() {
+            waiting.remove(&node.id);
+        }
+        let gone = node.clone();
+        self.broadcast(|_| Some(Message::worker_moved(Command::WorkerAway, gone.clone())));
+        self.release_ready_barriers();
+        Some(Outcome::Continue)
     }
 
     /// Every node is here: assign ranks and send everyone the node list.
@@ -281,7 +360,12 @@ impl Core {
         for group in groups {
             let size: u32 = [Role::Server, Role::Worker].into_iter().filter(|r| group.contains(*r)).map(|r| self.expected(r)).sum();
             let Some(waiting) = self.barriers.get(&group) else { continue };
-            let done = if group.contains(Role::Worker) { self.done.iter().filter(|id| !waiting.contains_key(id)).count() } else { 0 };
+            let done = if group.contains(Role::Worker) {
+                let away = self.away.values().map(|(n, _)| n.id);
+                self.done.iter().copied().chain(away).filter(|id| !waiting.contains_key(id)).count()
+            } else {
+                0
+            };
             if waiting.is_empty() || u32::try_from(waiting.len() + done).unwrap_or(u32::MAX) < size {
                 continue;
             }
@@ -337,6 +421,9 @@ impl Core {
         if let Some(outcome) = self.fail_over(&node, &reason) {
             return outcome;
         }
+        if let Some(outcome) = self.worker_away(&node, &reason) {
+            return outcome;
+        }
         tracing::error!("{node} is dead: {reason}; telling every survivor");
         self.broadcast(|_| Some(Message::node_dead(node.clone(), &reason)));
         Outcome::Done(Err(Error::LostPeer { node, reason }))
@@ -387,6 +474,14 @@ impl Core {
             self.broadcast(|_| Some(Message::error(0, text.clone())));
             return Outcome::Done(Err(Error::timeout(what, self.config.timeout)));
         }
+        if let Some((rank, (node, _))) =
+            self.away.iter().find(|(_, (_, since))| now.saturating_duration_since(*since) > self.config.timeout)
+        {
+            let (node, reason) = (node.clone(), format!("died, and no restarted worker took rank {rank} within {:?}", self.config.timeout));
+            tracing::error!("{node} {reason}; telling every survivor");
+            self.broadcast(|_| Some(Message::node_dead(node.clone(), &reason)));
+            return Outcome::Done(Err(Error::LostPeer { node, reason }));
+        }
         let limit = self.config.heartbeat_timeout;
         let silent = self.peers.iter().find(|(_, p)| !p.done && now.saturating_duration_since(p.last_seen) > limit).map(|(c, _)| *c);
         match silent {
@@ -415,8 +510,12 @@ mod tests {
     /// A formed cluster of 1 server and 2 workers; returns the core and each peer's outbox
     /// receiver (conn 1 = server, 2 = worker 0, 3 = worker 1), with the node lists read.
     fn formed() -> (Core, Vec<OutboxRx>) {
+        formed_with(config())
+    }
+
+    fn formed_with(config: Config) -> (Core, Vec<OutboxRx>) {
         let now = Instant::now();
-        let mut core = Core::new(config(), now);
+        let mut core = Core::new(config, now);
         let mut rxs = Vec::new();
         for (conn, (role, task)) in [(Role::Server, 0), (Role::Worker, 0), (Role::Worker, 1)].into_iter().enumerate() {
             let (outbox, rx) = Outbox::bounded(64, 1 << 20);
@@ -476,5 +575,55 @@ mod tests {
         // The last worker finishes: every node is told to shut down.
         assert!(matches!(send(&mut core, 3, Message::new(Command::Shutdown)), Outcome::Done(Ok(()))));
         assert_eq!(drain(&mut rxs[0]).last().map(|m| m.0), Some(Command::Shutdown));
+    }
+
+    #[test]
+    fn with_restarts_a_dead_worker_is_away_counts_at_barriers_and_a_new_process_takes_its_rank() {
+        let mut c = config();
+        c.worker_restarts = true;
+        let (mut core, mut rxs) = formed_with(c);
+        send(&mut core, 2, Message::barrier(Group::WORKERS, 4));
+        // Worker 1 dies: no failure; everyone hears WorkerAway, and the barrier stops waiting.
+        assert!(matches!(core.on_event(Event::Closed { conn: 3, reason: None }, Instant::now()), Outcome::Continue));
+        assert_eq!(drain(&mut rxs[0]), vec![(Command::WorkerAway, 0)]);
+        assert_eq!(drain(&mut rxs[1]), vec![(Command::WorkerAway, 0), (Command::BarrierRelease, 4)]);
+        // A restarted process registers (task id 1): it gets rank 1 and a node list marked
+        // `rejoin`; the others hear WorkerBack.
+        let (outbox, mut rx) = Outbox::bounded(64, 1 << 20);
+        let node = Node::unassigned(Role::Worker, "127.0.0.1", 0, Some(1));
+        let event = Event::Registered { conn: 4, node, outbox, token: CancellationToken::new() };
+        assert!(matches!(core.on_event(event, Instant::now()), Outcome::Continue));
+        let list = rx.try_recv().expect("a node list");
+        assert_eq!((list.command, list.meta.text.as_str()), (Command::NodeList, REJOIN));
+        let me = list.meta.nodes.iter().find(|n| Ok(n.id) == list.head_node_id()).expect("its own entry");
+        assert_eq!(me.rank, Some(1));
+        assert_eq!(list.meta.nodes.iter().filter(|n| n.role == Role::Worker).count(), 2);
+        assert_eq!(drain(&mut rxs[0]), vec![(Command::WorkerBack, 0)]);
+        // Its barrier history starts over: request 1 is new, and waits for worker 0.
+        assert!(matches!(
+            core.on_event(Event::Message { conn: 4, msg: Message::barrier(Group::WORKERS, 1) }, Instant::now()),
+            Outcome::Continue
+        ));
+        assert!(rx.try_recv().is_none());
+        send(&mut core, 2, Message::barrier(Group::WORKERS, 5));
+        assert_eq!(rx.try_recv().map(|m| (m.command, m.request_id)), Some((Command::BarrierRelease, 1)));
+    }
+
+    #[test]
+    fn with_restarts_a_worker_that_never_comes_back_ends_the_job_after_the_timeout() {
+        let mut c = config();
+        c.worker_restarts = true;
+        let timeout = c.timeout;
+        let (mut core, _rxs) = formed_with(c);
+        assert!(matches!(core.on_event(Event::Closed { conn: 3, reason: None }, Instant::now()), Outcome::Continue));
+        let later = Instant::now() + timeout + std::time::Duration::from_secs(1);
+        // Keep the live peers' heartbeats fresh so only the away worker can end the job.
+        for conn in [1, 2] {
+            let _ = core.on_event(Event::Message { conn, msg: Message::new(Command::Heartbeat) }, later);
+        }
+        match core.on_tick(later) {
+            Outcome::Done(Err(Error::LostPeer { reason, .. })) => assert!(reason.contains("no restarted worker took rank 1"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -20,6 +20,7 @@
 
 mod conn;
 mod core;
+pub(crate) use self::core::REJOIN;
 mod ranks;
 
 use std::sync::Arc;

@@ -746,3 +746,37 @@ fn requests_wait_for_the_first_backup_link_and_a_partition_not_held_here_is_refu
     assert_eq!(r[0].command, Command::Error);
     assert!(r[0].meta.text.contains("partition 1 is not held"), "{}", r[0].meta.text);
 }
+
+#[test]
+fn round_ids_tell_a_restarted_worker_where_its_predecessor_stopped() {
+    let mut h = harness(2);
+    h.init(&[(5, vec![0.0; 2])]);
+    let ask = |h: &mut Harness, worker: u32| {
+        let mut m = Message::new(Command::Pull).with_flags(Flags::ROUND_IDS);
+        m.meta.push_key(5, 0, 0);
+        h.send(worker, m);
+        let r = h.replies();
+        assert_eq!(r[0].command, Command::Reply, "{}", r[0].meta.text);
+        r[0].meta.rounds[0]
+    };
+    assert_eq!((ask(&mut h, 0), ask(&mut h, 1)), (0, 0));
+    // Worker 0 pushed round 0 and queued round 1; worker 1 nothing yet.
+    for round in [0, 1] {
+        let mut m = data(Command::Push, Flags::NONE, &[(5, vec![1.0; 2])]);
+        m.meta.rounds.push(round);
+        h.send(0, m);
+    }
+    assert_eq!((ask(&mut h, 0), ask(&mut h, 1)), (2, 0));
+    // Async: the next id of each worker.
+    let mut h = harness(2);
+    h.send(0, Message::server_command(ServerCmd::SyncMode.id(), "async".into()));
+    h.replies();
+    h.init(&[(5, vec![0.0; 2])]);
+    for round in 0..3 {
+        let mut m = data(Command::Push, Flags::NONE, &[(5, vec![1.0; 2])]);
+        m.meta.rounds.push(round);
+        h.send(1, m);
+    }
+    h.replies();
+    assert_eq!((ask(&mut h, 0), ask(&mut h, 1)), (0, 3));
+}

@@ -70,6 +70,11 @@ impl Worker {
         &self.cluster
     }
 
+    /// Whether this worker took the rank of one that died (`SYNKV_WORKER_RESTARTS=1`).
+    pub fn rejoined(&self) -> bool {
+        self.cluster.rejoined()
+    }
+
     /// This worker's rank.
     pub fn rank(&self) -> Rank {
         self.cluster.rank()

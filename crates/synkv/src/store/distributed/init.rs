@@ -51,11 +51,57 @@ impl DistStore {
         }
         let packing = self.compression.lock().map(|gc| gc.kind());
         let infos = self.registry.lock().register(&pairs, self.layout, &self.name, packing)?;
+        if self.rejoined {
+            return self.adopt(&infos);
+        }
         let sent = if self.rank == 0 { self.send_init(&infos, &pairs) } else { Ok(()) };
         // Every worker waits here, even when rank 0 failed, so nobody is left at the barrier.
         let barrier = self.barrier();
         sent?;
         barrier
+    }
+
+    /// A restarted worker's `init`: the servers hold the keys already (the job is running), so
+    /// nothing is sent and no barrier waits for the others; each key part's round-id count
+    /// continues from its predecessor's (a `Pull` with flag `ROUND_IDS`), so its pushes join
+    /// the rounds in progress and none is refused as a duplicate.
+    fn adopt(&self, infos: &[Arc<KeyInfo>]) -> crate::Result<()> {
+        let mut parts: Vec<(Arc<KeyInfo>, usize)> = Vec::new();
+        let mut msgs: Vec<(u32, Message)> = Vec::new();
+        let mut asked: Vec<Vec<usize>> = Vec::new();
+        for info in infos {
+            for (part, s) in info.slices.iter().enumerate() {
+                let i = match msgs.iter().rposition(|(server, m)| *server == s.server && m.meta.keys.len() < self.ctx.budget.keys) {
+                    Some(i) => i,
+                    None => {
+                        msgs.push((s.server, Message::new(Command::Pull).with_flags(Flags::ROUND_IDS)));
+                        asked.push(Vec::new());
+                        msgs.len() - 1
+                    }
+                };
+                msgs[i].1.meta.push_key(info.ps, 0, u64::try_from(s.offset).unwrap_or(u64::MAX));
+                asked[i].push(parts.len());
+                parts.push((Arc::clone(info), part));
+            }
+        }
+        let replies = block(&self.handle, self.ctx.client.request_all(msgs))
+            .map_err(|e| refusal(e, "init", infos.iter().map(|i| (i.ps, i.key.clone()))))?;
+        for (reply, asked) in replies.iter().zip(&asked) {
+            if reply.meta.rounds.len() != asked.len() {
+                return Err(crate::ps::Error::InvalidArgument(format!(
+                    "a server answered {} round ids for {} key parts; are all nodes the same synkv version?",
+                    reply.meta.rounds.len(),
+                    asked.len()
+                ))
+                .into());
+            }
+            for (round, &p) in reply.meta.rounds.iter().zip(asked) {
+                let (info, part) = &parts[p];
+                info.rounds[*part].store(*round, std::sync::atomic::Ordering::Release);
+            }
+        }
+        tracing::warn!("rejoined: {} keys adopted from the servers; pushes continue the rounds in progress", infos.len());
+        Ok(())
     }
 
     fn send_init(&self, infos: &[Arc<KeyInfo>], pairs: &[(Key, &NDArray)]) -> crate::Result<()> {

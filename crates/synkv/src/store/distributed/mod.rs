@@ -85,6 +85,9 @@ pub(crate) struct DistStore {
     schedule: checkpoint::Schedule,
     /// The round the job resumed from, when `SYNKV_CHECKPOINT_DIR` held a checkpoint.
     resumed: Option<u64>,
+    /// This process took the rank of a worker that died (`SYNKV_WORKER_RESTARTS=1`): its
+    /// `init` adopts the keys the servers hold, without a barrier (see `init.rs`).
+    rejoined: bool,
 }
 
 /// Runs `fut` to completion on the store's runtime from a plain thread (from inside another
@@ -151,11 +154,15 @@ impl DistStore {
         let transport = TcpTransport::new(config.limits);
         let worker = block(&handle, Worker::connect(&transport, config, CancellationToken::new()))?;
         let client = worker.client();
-        if worker.rank() == 0 {
-            let mode = if kind == StoreType::DistAsync { "async" } else { "sync" };
-            block(&handle, command_all(&client, ServerCmd::SyncMode, ops::body(mode)))?;
+        let rejoined = worker.rejoined();
+        // A restarted worker joins a running job: the others are past the start-up barrier.
+        if !rejoined {
+            if worker.rank() == 0 {
+                let mode = if kind == StoreType::DistAsync { "async" } else { "sync" };
+                block(&handle, command_all(&client, ServerCmd::SyncMode, ops::body(mode)))?;
+            }
+            block(&handle, worker.barrier())?;
         }
-        block(&handle, worker.barrier())?;
         Ok(DistStore {
             name: name.to_owned(),
             rank: worker.rank(),
@@ -175,6 +182,7 @@ impl DistStore {
             checkpoint_dir: config.checkpoint_dir.clone(),
             schedule: checkpoint::Schedule::new(config),
             resumed,
+            rejoined,
         })
     }
 

@@ -152,6 +152,7 @@ impl Partition {
             Command::Push | Command::PushPull if msg.flags.contains(Flags::INIT) => self.init(msg),
             Command::Push => self.push(conn, worker, msg, false),
             Command::PushPull => self.push(conn, worker, msg, true),
+            Command::Pull if msg.flags.contains(Flags::ROUND_IDS) => self.round_ids(worker, msg),
             Command::Pull => self.pull(msg),
             Command::ServerCommand => self.command(msg),
             other => Err(ServerError::invalid(format!("a server does not accept {other:?}"))),
@@ -557,6 +558,32 @@ impl Partition {
                 }
                 push_chunk(&mut out, key, entry.value_chunk());
             }
+        }
+        Ok(Some(out))
+    }
+
+    /// The round id worker `worker`'s next push of each key part must carry (flag
+    /// `ROUND_IDS`): what a restarted worker continues from. Sync: the round after every one it
+    /// has pushed to (open, queued or completed); async: its next id.
+    fn round_ids(&self, worker: Rank, msg: &Message) -> Outcome {
+        let mut out = Message::new(Command::Reply);
+        let w = usize::try_from(worker).unwrap_or(usize::MAX);
+        for key in entry_keys(msg) {
+            let entry = self.keys.get(&key).ok_or_else(|| not_initialised(key))?;
+            let round = &entry.round;
+            let next = if self.sync {
+                if round.next.iter().any(|c| c.worker == worker) {
+                    round.id + 2
+                } else if round.contributors.contains(&worker) {
+                    round.id + 1
+                } else {
+                    round.id
+                }
+            } else {
+                entry.async_next.get(w).copied().unwrap_or(0)
+            };
+            out.meta.push_key(key.0, 0, key.1);
+            out.meta.rounds.push(next);
         }
         Ok(Some(out))
     }
