@@ -670,6 +670,13 @@ impl Pair {
     }
 }
 
+/// A push of `value` to `key` carrying round id `round`.
+fn push_of_round(key: u64, value: Vec<f32>, round: u64) -> Message {
+    let mut m = data(Command::Push, Flags::NONE, &[(key, value)]);
+    m.meta.rounds.push(round);
+    m
+}
+
 fn for_partition_0(mut m: Message) -> Message {
     m.partition = Some(0);
     m
@@ -687,9 +694,7 @@ fn a_backup_copy_follows_its_primary_bit_for_bit_and_replies_wait_for_its_acknow
     assert_eq!(p.primary.replies().len(), 2);
     for round in 0..3u64 {
         for w in 0..2 {
-            let mut m = data(Command::Push, Flags::NONE, &[(7, vec![(w + 1) as f32 * 0.3; 5])]);
-            m.meta.rounds.push(round);
-            p.primary.send(w, m);
+            p.primary.send(w, push_of_round(7, vec![(w + 1) as f32 * 0.3; 5], round));
         }
         assert!(p.primary.replies().is_empty());
         p.replicate(true);
@@ -719,9 +724,7 @@ fn a_backup_copy_follows_its_primary_bit_for_bit_and_replies_wait_for_its_acknow
     assert_eq!((r[0].command, r[0].meta.head), (Command::Error, ErrorCode::DuplicatePush as i32), "{}", r[0].meta.text);
     // The next round goes on from the backup's round id.
     for w in 0..2 {
-        let mut m = data(Command::Push, Flags::NONE, &[(7, vec![1.0; 5])]);
-        m.meta.rounds.push(3);
-        p.backup.send(w, for_partition_0(m));
+        p.backup.send(w, for_partition_0(push_of_round(7, vec![1.0; 5], 3)));
     }
     assert_eq!(p.backup.replies().len(), 2, "round 3 completes on the promoted copy");
 }
@@ -762,9 +765,7 @@ fn round_ids_tell_a_restarted_worker_where_its_predecessor_stopped() {
     assert_eq!((ask(&mut h, 0), ask(&mut h, 1)), (0, 0));
     // Worker 0 pushed round 0 and queued round 1; worker 1 nothing yet.
     for round in [0, 1] {
-        let mut m = data(Command::Push, Flags::NONE, &[(5, vec![1.0; 2])]);
-        m.meta.rounds.push(round);
-        h.send(0, m);
+        h.send(0, push_of_round(5, vec![1.0; 2], round));
     }
     assert_eq!((ask(&mut h, 0), ask(&mut h, 1)), (2, 0));
     // Async: the next id of each worker.
@@ -773,9 +774,7 @@ fn round_ids_tell_a_restarted_worker_where_its_predecessor_stopped() {
     h.replies();
     h.init(&[(5, vec![0.0; 2])]);
     for round in 0..3 {
-        let mut m = data(Command::Push, Flags::NONE, &[(5, vec![1.0; 2])]);
-        m.meta.rounds.push(round);
-        h.send(1, m);
+        h.send(1, push_of_round(5, vec![1.0; 2], round));
     }
     h.replies();
     assert_eq!((ask(&mut h, 0), ask(&mut h, 1)), (0, 3));
