@@ -174,8 +174,14 @@ impl Core {
             return Outcome::Continue;
         }
         if self.phase != Phase::Registering {
-            let text =
-                format!("the cluster is already formed ({} nodes); joining or restarting a node is not supported", self.config.num_nodes());
+            let text = if self.config.worker_restarts && node.role == Role::Worker {
+                "the job is running and no worker rank is free: a restarted worker takes the rank of one that died, and none has (or its death is not detected yet); try again later".to_owned()
+            } else {
+                format!(
+                    "the cluster is already formed ({} nodes); joining is not supported (a worker may be restarted with SYNKV_WORKER_RESTARTS=1)",
+                    self.config.num_nodes()
+                )
+            };
             tracing::warn!("refusing late registration of {node}");
             self.send_and_close(conn, Message::error(0, text));
             return Outcome::Continue;
