@@ -187,7 +187,7 @@ pub(crate) fn run(args: &DistDemoArgs) -> Result<()> {
         sink: sink(std::io::stdout().is_terminal()),
         notes: Arc::new(|note: &str| {
             if note.contains("status") || note.contains("could not") || note.contains("killing") || note.contains("interrupted") {
-                eprintln!("[launch] {note}");
+                crate::launch::launch_note(note);
             }
         }),
     };

@@ -142,6 +142,13 @@ fn replicas(flag: Option<u32>) -> Result<u32> {
     Ok(n)
 }
 
+/// Writes `[launch] NOTE` to stderr in one write, so that it never lands inside a line the
+/// children's output (or the launcher's stdout) writes at the same time.
+pub(crate) fn launch_note(note: &str) {
+    let line = format!("[launch] {note}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
 /// The `synkv launch` sink: every line prefixed with `[label] `, to stdout or stderr as the
 /// child wrote it.
 pub(crate) fn prefixing_sink() -> Sink {
@@ -157,7 +164,7 @@ pub(crate) fn run(args: &LaunchArgs) -> ExitCode {
     match launch(args) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("[launch] error: {e:#}");
+            launch_note(&format!("error: {e:#}"));
             ExitCode::FAILURE
         }
     }
@@ -173,7 +180,7 @@ fn launch(args: &LaunchArgs) -> Result<u8> {
             Some(s) => Duration::try_from_secs_f64(s).map_err(|_| anyhow::anyhow!("--grace-secs {s} is not a number of seconds ≥ 0"))?,
         },
         sink: prefixing_sink(),
-        notes: Arc::new(|note: &str| eprintln!("[launch] {note}")),
+        notes: Arc::new(launch_note),
         env: args
             .replicas
             .map(|n| ("SYNKV_SERVER_REPLICAS".to_owned(), n.to_string()))

@@ -313,7 +313,7 @@ fn watch_signals(flag: Arc<AtomicBool>) {
         flag.store(true, Ordering::Release);
     });
     if let Err(e) = spawned {
-        eprintln!("[launch] warning: cannot watch for Ctrl-C: {e}");
+        super::launch_note(&format!("warning: cannot watch for Ctrl-C: {e}"));
     }
 }
 
