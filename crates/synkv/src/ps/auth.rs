@@ -108,6 +108,24 @@ async fn accept_inner(conn: &mut Connection, secret: Option<&Secret>, timeout: D
     }
 }
 
+/// Connects to `node` on `transport` and authenticates as `role`, all within
+/// `config.timeout` (`what` names the connection in the timeout error).
+pub async fn dial<T: super::transport::Transport>(
+    transport: &T,
+    node: &super::node::Node,
+    config: &super::Config,
+    role: Role,
+    what: &str,
+) -> Result<Connection> {
+    let connected = async {
+        let mut conn = transport.connect(&node.addr()).await?;
+        conn.set_peer(node.to_string());
+        connect(&mut conn, config.secret.as_ref(), role, config.heartbeat_timeout).await?;
+        Ok::<_, Error>(conn)
+    };
+    tokio::time::timeout(config.timeout, connected).await.map_err(|_| Error::timeout(format!("{what} {node}"), config.timeout))?
+}
+
 /// Connector side, for a node of `role`. Frames are capped as in [`accept`].
 pub async fn connect(conn: &mut Connection, secret: Option<&Secret>, role: Role, timeout: Duration) -> Result<()> {
     let limits = conn.limits();

@@ -98,6 +98,8 @@ pub(super) struct Core {
     /// Workers that died and may be restarted (`SYNKV_WORKER_RESTARTS=1`): their last node
     /// entry and since when they are away.
     away: BTreeMap<crate::ps::node::Rank, (Node, Instant)>,
+    /// The node list sent at rendezvous (every node, dead or alive), kept for rejoins.
+    formed: Vec<Node>,
 }
 
 impl Core {
@@ -116,6 +118,7 @@ impl Core {
             // Every backup copy starts empty and is complete once its first snapshot arrived.
             unprotected: if config.replicas > 0 { (0..config.num_servers).collect() } else { BTreeSet::new() },
             away: BTreeMap::new(),
+            formed: Vec::new(),
             config,
         }
     }
@@ -217,13 +220,11 @@ impl Core {
             waiting.remove(&node.id);
         }
         self.released.retain(|(_, id), _| *id != node.id);
-        let mut list = vec![self.me.clone()];
-        list.extend(self.peers.values().map(|p| p.node.clone()));
-        list.extend(self.away.values().map(|(n, _)| n.clone()));
-        list.extend(self.done_nodes());
-        list.sort_by_key(|n| n.id);
-        list.dedup_by_key(|n| n.id);
-        let mut msg = Message::node_list(list, node.id);
+        // The rendezvous list, with the new process's address in its rank's entry.
+        for n in self.formed.iter_mut().filter(|n| n.id == node.id) {
+            *n = node.clone();
+        }
+        let mut msg = Message::node_list(self.formed.clone(), node.id);
         msg.meta.text = REJOIN.to_owned();
         tracing::warn!("{node} rejoins the running job as worker rank {rank} (restarted)");
         if let Err(reason) = self.send(conn, msg) {
@@ -231,22 +232,6 @@ impl Core {
         }
         let back = node.clone();
         self.broadcast(|p| (p.node.id != back.id).then(|| Message::worker_moved(Command::WorkerBack, back.clone())));
-    }
-
-    /// The nodes of the finished workers whose connections are gone (for a rejoin's list).
-    fn done_nodes(&self) -> Vec<Node> {
-        let connected: BTreeSet<NodeId> = self.peers.values().map(|p| p.node.id).collect();
-        self.done
-            .iter()
-            .filter(|id| !connected.contains(id))
-            .filter_map(|id| {
-                let (Role::Worker, rank) = id.role_rank()? else { return None };
-                let mut n = Node::unassigned(Role::Worker, "0.0.0.0", 0, None);
-                n.id = *id;
-                n.rank = Some(rank);
-                Some(n)
-            })
-            .collect()
     }
 
     /// With `SYNKV_WORKER_RESTARTS=1`, a dead worker is *away*, not fatal: every node is told
@@ -282,6 +267,7 @@ impl Core {
         let mut list = vec![self.me.clone()];
         list.extend(nodes.iter().cloned());
         list.sort_by_key(|n| n.id);
+        self.formed = list.clone();
         self.phase = Phase::Running;
         tracing::info!("cluster formed: {} servers, {} workers", self.config.num_servers, self.config.num_workers);
         for (conn, node) in conns.into_iter().zip(nodes) {

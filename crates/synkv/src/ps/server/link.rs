@@ -22,7 +22,7 @@ use super::core::Event;
 use crate::ps::node::{Node, Role};
 use crate::ps::proto::{Command, Message};
 use crate::ps::transport::{drain, Drained, Outbox, Transport};
-use crate::ps::{auth, Config, Error, Result};
+use crate::ps::{auth, Config, Result};
 
 /// Connects to `backup` for `partition` and starts the link's tasks (stopped by `stop`).
 /// Returns the outbox to send `Replicate` messages on.
@@ -35,15 +35,7 @@ pub(super) async fn connect<T: Transport>(
     stop: CancellationToken,
     tracker: &TaskTracker,
 ) -> Result<Outbox> {
-    let connected = async {
-        let mut conn = transport.connect(&backup.addr()).await?;
-        conn.set_peer(backup.to_string());
-        auth::connect(&mut conn, config.secret.as_ref(), Role::Server, config.heartbeat_timeout).await?;
-        Ok::<_, Error>(conn)
-    };
-    let conn = tokio::time::timeout(config.timeout, connected)
-        .await
-        .map_err(|_| Error::timeout(format!("the replication link to {backup}"), config.timeout))??;
+    let conn = auth::dial(transport, backup, config, Role::Server, "the replication link to").await?;
     let (mut reader, mut writer) = conn.into_split();
     writer.set_stall_timeout(Some(config.timeout));
     let (outbox, rx) = Outbox::unbounded();

@@ -57,6 +57,14 @@ fn data(command: Command, flags: Flags, keys: &[(u64, Vec<f32>)]) -> Message {
     m
 }
 
+/// A pull of `len` floats of `key`.
+fn pull_of(key: u64, len: u64) -> Message {
+    let mut m = Message::new(Command::Pull);
+    m.meta.keys.push(key);
+    m.meta.lens.push(len * 4);
+    m
+}
+
 fn values(m: &Message) -> Vec<Vec<f32>> {
     m.chunks.iter().map(|c| codec::chunk_to_buffer(c, crate::DType::F32).unwrap().to_vec::<f32>()).collect()
 }
@@ -83,10 +91,7 @@ impl Harness {
     }
 
     fn pull(&mut self, key: u64, len: u64) -> Vec<f32> {
-        let mut m = Message::new(Command::Pull);
-        m.meta.keys.push(key);
-        m.meta.lens.push(len * 4);
-        self.send(0, m);
+        self.send(0, pull_of(key, len));
         let r = self.replies();
         assert_eq!(r[0].command, Command::Reply, "{}", r[0].meta.text);
         values(&r[0]).remove(0)
@@ -703,10 +708,7 @@ fn a_backup_copy_follows_its_primary_bit_for_bit_and_replies_wait_for_its_acknow
     let want = p.primary.pull(7, 5);
     // The primary dies: the backup is promoted and serves the partition with the same bits.
     p.backup.core.on_event(Event::Promote(vec![0]));
-    let mut pull = Message::new(Command::Pull);
-    pull.meta.keys.push(7);
-    pull.meta.lens.push(20);
-    p.backup.send(0, for_partition_0(pull));
+    p.backup.send(0, for_partition_0(pull_of(7, 5)));
     let r = p.backup.replies();
     assert_eq!(r[0].command, Command::Reply, "{}", r[0].meta.text);
     let got = values(&r[0]).remove(0);
@@ -738,13 +740,7 @@ fn requests_wait_for_the_first_backup_link_and_a_partition_not_held_here_is_refu
     h.core.on_event(Event::Backup { partition: 0, link: None });
     assert_eq!(h.replies()[0].command, Command::Reply);
     // A request for partition 1, of which this server keeps no copy, is refused at once.
-    h.send(0, {
-        let mut m = Message::new(Command::Pull);
-        m.meta.keys.push(1);
-        m.meta.lens.push(8);
-        m.partition = Some(1);
-        m
-    });
+    h.send(0, Message { partition: Some(1), ..pull_of(1, 2) });
     let r = h.replies();
     assert_eq!(r[0].command, Command::Error);
     assert!(r[0].meta.text.contains("partition 1 is not held"), "{}", r[0].meta.text);

@@ -207,15 +207,7 @@ impl Client {
         let tracker = TaskTracker::new();
         let mut halves = Vec::with_capacity(servers.len());
         for node in &servers {
-            let connected = async {
-                let mut conn = transport.connect(&node.addr()).await?;
-                conn.set_peer(node.to_string());
-                auth::connect(&mut conn, config.secret.as_ref(), Role::Worker, config.heartbeat_timeout).await?;
-                Ok::<_, Error>(conn)
-            };
-            let conn = tokio::time::timeout(config.timeout, connected)
-                .await
-                .map_err(|_| Error::timeout(format!("a connection to {node}"), config.timeout))??;
+            let conn = auth::dial(transport, node, config, Role::Worker, "a connection to").await?;
             halves.push(conn.into_split());
         }
         let mut links = Vec::with_capacity(servers.len());
