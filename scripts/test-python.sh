@@ -10,15 +10,44 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$(pwd)
 
-python=${PYTHON:-python3}
 venv=${SYNKV_PY_VENV:-.venv-ci}
 case "$venv" in /*) ;; *) venv="$root/$venv" ;; esac
-# Tested with maturin 1.16, numpy 2.4 (and 1.26), pytest 9.2.
+# Tested with maturin 1.16, numpy 2.4 (and 1.26, and Debian 12's 1.24), pytest 9.2.
 requirements=("maturin>=1.9.4,<2" "numpy>=1.22,<3" "pytest>=7,<10")
 
-echo "== python venv ($venv)"
+# synkv.torch is tested against Debian 12's torch (python3-torch 1.13, CPU, with gloo) and its
+# scikit-learn (the examples' digits data set), which serve Debian's python3 only: the venv is
+# then made from /usr/bin/python3 with --system-site-packages (so numpy is Debian's too, the
+# one its torch was built against). SYNKV_SKIP_TORCH=1 skips this (the torch tests skip).
+system_site=()
+python=${PYTHON:-python3}
+if [[ "${SYNKV_SKIP_TORCH:-0}" != 1 ]]; then
+    debs=(python3-torch python3-sklearn python3-venv)
+    missing=()
+    for d in "${debs[@]}"; do
+        dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q "install ok installed" || missing+=("$d")
+    done
+    if ((${#missing[@]})); then
+        echo "== apt-get install ${missing[*]} (synkv.torch tests; SYNKV_SKIP_TORCH=1 skips them)"
+        sudo=()
+        [[ $(id -u) -ne 0 ]] && sudo=(sudo)
+        "${sudo[@]}" apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+    python=/usr/bin/python3
+    system_site=(--system-site-packages)
+fi
+
+echo "== python venv ($venv${system_site:+, with the site packages of $python})"
+if [[ -x "$venv/bin/python" ]]; then
+    # A venv made for the other mode (with or without system packages) is made again.
+    has_system=$(grep -c "include-system-site-packages = true" "$venv/pyvenv.cfg" || true)
+    if [[ $has_system -ne ${#system_site[@]} ]]; then
+        rm -rf "$venv"
+    fi
+fi
 if [[ ! -x "$venv/bin/python" ]]; then
-    "$python" -m venv "$venv"
+    "$python" -m venv "${system_site[@]}" "$venv"
 fi
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 "$venv/bin/python" -m pip install --quiet "${requirements[@]}"

@@ -14,8 +14,9 @@
 //! The store call then waits, with the GIL released, until the engine has finished every
 //! operation on these arrays before it returns, so nothing touches the memory afterwards.
 //!
-//! Accepted objects: NumPy arrays; objects with `__dlpack__` (torch CPU tensors), viewed
-//! through `numpy.from_dlpack`; objects with the buffer protocol, viewed through `memoryview`.
+//! Accepted objects: NumPy arrays; torch CPU tensors, viewed through `tensor.detach().numpy()`
+//! (bfloat16 ones as int16 bits); other objects with `__dlpack__`, viewed through
+//! `numpy.from_dlpack`; objects with the buffer protocol, viewed through `memoryview`.
 //! Dtypes: float32, float64, float16, int32, int64. A value that is not C-contiguous, aligned,
 //! native-endian and writable is copied first (documented); an output must be all of these.
 //! The same array given twice in one call becomes one `NDArray` (so `[a, a]` sums `a` twice).
@@ -110,10 +111,17 @@ impl<'py> Borrower<'py> {
         if is_row_sparse(obj)? {
             return self.row_sparse(obj, mode);
         }
+        if let Some((arr, bf16)) = torch_to_numpy(obj)? {
+            let arr = self.usable(arr, mode)?;
+            if bf16 {
+                return self.dense_bf16(arr, mode);
+            }
+            return by_dtype!(dtype_of(&arr)?, self.dense(arr, mode));
+        }
         let mut arr = to_numpy(obj)?;
         if mode == Mode::Output && !is_writable(&arr)? && !arr.is(obj) && obj.hasattr("numpy")? {
-            // numpy < 2.1 marks arrays borrowed through (unversioned) DLPack read-only; a
-            // torch tensor's own `.numpy()` is a writable view of the same memory.
+            // numpy < 2.1 marks arrays borrowed through (unversioned) DLPack read-only; an
+            // object's own `.numpy()` is a writable view of the same memory.
             arr = obj.call_method0("numpy")?.cast_into::<PyUntypedArray>()?;
         }
         let arr = self.usable(arr, mode)?;
@@ -136,8 +144,9 @@ impl<'py> Borrower<'py> {
         }
         if mode == Mode::Output {
             return Err(PyValueError::new_err(
-                "an output must be a writable, C-contiguous, aligned, native-endian array (pull into a fresh numpy array, or use \
-                 numpy.ascontiguousarray; numpy < 2.1 makes arrays borrowed through DLPack read-only)",
+                "an output must be a writable, C-contiguous, aligned, native-endian array (pull into a fresh numpy array or \
+                 torch tensor, or use numpy.ascontiguousarray / tensor.contiguous() and copy back; numpy < 2.1 makes arrays \
+                 borrowed through DLPack read-only)",
             ));
         }
         // The documented copy: a fresh C-contiguous, aligned, native-endian, writable array.
@@ -163,9 +172,35 @@ impl<'py> Borrower<'py> {
         Ok(i)
     }
 
-    /// Borrows a usable array and wraps its memory as a buffer, without copying.
-    #[allow(unsafe_code)]
-    fn wrap<T: Element + BufferElement>(&mut self, typed: Bound<'py, PyArrayDyn<T>>, mode: Mode) -> PyResult<Buffer> {
+    /// Wraps a usable int16 array holding a torch bfloat16 tensor's bits as a bfloat16 value.
+    fn dense_bf16(&mut self, arr: Bound<'py, PyUntypedArray>, mode: Mode) -> PyResult<usize> {
+        let typed = arr.cast_into::<PyArrayDyn<i16>>()?;
+        let id = Identity { ptr: typed.data() as usize, shape: typed.shape().to_vec(), dtype: DType::BF16 };
+        if let Some((seen_mode, i)) = self.seen.get(&id) {
+            if mode == Mode::Output && *seen_mode == Mode::Input {
+                return Err(PyValueError::new_err("an array is both a value and an output of this call; pass it only as the output"));
+            }
+            return Ok(*i);
+        }
+        let shape = id.shape.clone();
+        let (ptr, len, owner) = self.borrow(typed, mode)?;
+        // SAFETY: the same as in `wrap` (a usable, borrowed, owned array of `len` i16); i16 and
+        // bf16 have the same size and alignment, and every bit pattern is a valid bf16.
+        #[allow(unsafe_code)]
+        let data = unsafe { Data::external(ptr.cast::<half::bf16>(), len, owner) }
+            .ok_or_else(|| PyValueError::new_err("array data is not aligned for its dtype"))?;
+        let i = self.add(NDArray::from_buffer(shape, Buffer::from_data(data), Context::cpu(0)).map_err(ndarray_err)?);
+        self.seen.insert(id, (mode, i));
+        Ok(i)
+    }
+
+    /// Takes the borrow of a usable array for the call; returns its data pointer, its length
+    /// and the owner guard that keeps it alive.
+    fn borrow<T: Element + 'static>(
+        &mut self,
+        typed: Bound<'py, PyArrayDyn<T>>,
+        mode: Mode,
+    ) -> PyResult<(*mut T, usize, Arc<dyn Any + Send + Sync>)> {
         let len = typed.len();
         let ptr = typed.data();
         let guard: Box<dyn Hold + 'py> = match mode {
@@ -174,6 +209,13 @@ impl<'py> Borrower<'py> {
         };
         self.guards.push(guard);
         let owner: Arc<dyn Any + Send + Sync> = Arc::new(Owner { _array: typed.into_any().unbind() });
+        Ok((ptr, len, owner))
+    }
+
+    /// Borrows a usable array and wraps its memory as a buffer, without copying.
+    #[allow(unsafe_code)]
+    fn wrap<T: Element + BufferElement>(&mut self, typed: Bound<'py, PyArrayDyn<T>>, mode: Mode) -> PyResult<Buffer> {
+        let (ptr, len, owner) = self.borrow(typed, mode)?;
         // SAFETY: `ptr` is the data of a C-contiguous, aligned, writable NumPy array of `len`
         // elements of `T` (checked by `usable`, or a fresh copy with these properties); NumPy
         // keeps it valid and initialised while the array lives, and `owner` keeps the array
@@ -269,6 +311,25 @@ pub(crate) fn is_row_sparse(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
 /// Whether `obj` is an array (not a list of them): anything but a list or tuple.
 pub(crate) fn is_array_like(obj: &Bound<'_, PyAny>) -> bool {
     !(obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>())
+}
+
+/// A NumPy view of a torch tensor's memory (`tensor.detach().numpy()`, writable on every
+/// numpy version, unlike `numpy.from_dlpack` before numpy 2.1), and whether it holds bfloat16
+/// bits (viewed as int16, since NumPy has no bfloat16); `None` for anything else. A tensor
+/// that is not on the CPU raises torch's error (copy it with `.cpu()` first).
+fn torch_to_numpy<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<(Bound<'py, PyUntypedArray>, bool)>> {
+    let ty = obj.get_type();
+    let module: String = ty.getattr("__module__")?.extract().unwrap_or_default();
+    if !(module == "torch" || module.starts_with("torch.")) || !obj.hasattr("detach")? || !obj.hasattr("__dlpack__")? {
+        return Ok(None);
+    }
+    let mut t = obj.call_method0("detach")?;
+    let bf16 = t.getattr("dtype")?.str()?.to_cow()? == "torch.bfloat16";
+    if bf16 {
+        let int16 = obj.py().import("torch")?.getattr("int16")?;
+        t = t.call_method1("view", (int16,))?;
+    }
+    Ok(Some((t.call_method0("numpy")?.cast_into::<PyUntypedArray>()?, bf16)))
 }
 
 /// A NumPy view of `obj`, without copying.
