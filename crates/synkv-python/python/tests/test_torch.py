@@ -170,5 +170,9 @@ def test_ddp_communication_hook_matches_one_process():
     launch(2, 1, "ddp", str(free_port()))
 
 
+def test_two_bit_compression_and_broadcasts_under_it():
+    launch(3, 1, "twobit")
+
+
 def test_dist_async_applies_every_push_once():
     launch(3, 1, "async")

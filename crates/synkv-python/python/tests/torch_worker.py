@@ -218,6 +218,28 @@ elif MODE == "async":
     out = torch.zeros(1000)
     skv.store().pull("torch/weight/w", out=out)
     check(torch.allclose(out, torch.linspace(0, 1, 1000) * 20 * N * (N + 1) / 2, rtol=1e-5), "async: every push applied once")
+elif MODE == "twobit":
+    # Gradients of +-threshold or 0 quantize exactly: the averaged step is exact.
+    w = torch.nn.Parameter(torch.zeros(64))
+    c = torch.tensor([0.5, -0.5, 0.0, 0.5] * 16) * (1 if R % 2 == 0 else -1)
+    opt = skv.DistributedOptimizer(torch.optim.SGD([w], lr=1.0), named_parameters=[("w", w)], compression=skv.Compression.twobit(threshold=0.5))
+    for s in range(3):
+        opt.zero_grad()
+        (w * c).sum().backward()
+        opt.step()
+    mean_c = sum(torch.tensor([0.5, -0.5, 0.0, 0.5] * 16) * (1 if r % 2 == 0 else -1) for r in range(N)) / N
+    check(torch.equal(w.detach(), -3 * mean_c), "2-bit compressed gradients")
+    # Broadcasts after compression is on travel as init values (uncompressed).
+    model = net()
+    skv.broadcast_parameters(model.state_dict(), root_rank=0)
+    torch.manual_seed(7)
+    rank0 = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    check(close(model, rank0, 0), "broadcast_parameters with compression on")
+    try:
+        skv.push_pull(torch.ones(3), compression=skv.Compression.onebit, name="other")
+        check(False, "a second compression setting is refused")
+    except ValueError:
+        pass
 else:
     raise SystemExit(f"unknown mode {MODE}")
 

@@ -17,6 +17,8 @@ _lock = threading.Lock()
 _kv: Optional["synkv.KVStore"] = None
 #: Whether a server-side optimizer was set on the store (pushes then go through it).
 _server_optimizer = False
+#: The store's gradient compression parameters, once set.
+_compression: "Optional[dict[str, object]]" = None
 
 # (rank, world size) variables of the job launchers synkv knows, in the order it reads them.
 _JOB_VARS = [
@@ -79,10 +81,11 @@ def is_initialized() -> bool:
 
 def shutdown() -> None:
     """Closes the store: waits for every operation, then (dist) until every worker is done."""
-    global _kv, _server_optimizer
+    global _kv, _server_optimizer, _compression
     with _lock:
         kv, _kv = _kv, None
         _server_optimizer = False
+        _compression = None
     if kv is not None:
         from . import _keys
 
@@ -131,6 +134,24 @@ def local_rank() -> int:
 def local_size() -> int:
     """The number of workers on this host (see :func:`local_rank`)."""
     return _local()[1]
+
+
+def set_compression(params: "dict[str, object]") -> None:
+    """Turns on the store's gradient compression (store-wide: every float32 push of this
+    process is quantized from then on); a second, different setting is refused."""
+    global _compression
+    kv = store()
+    if _compression is not None:
+        if _compression != params:
+            raise ValueError(f"gradient compression is already {_compression}; synkv compresses every push of a store alike, so one setting per job")
+        return
+    kv.set_gradient_compression(dict(params))
+    _compression = dict(params)
+
+
+def compression() -> "Optional[dict[str, object]]":
+    """The store's gradient compression, if turned on."""
+    return _compression
 
 
 def _mark_server_optimizer() -> None:

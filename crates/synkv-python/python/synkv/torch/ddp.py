@@ -48,7 +48,7 @@ def _hook(compression: Compressor) -> Callable[[Any, Any], "torch.futures.Future
         if not compression_set[0]:
             params = compression.store_params
             if params is not None:
-                kv.set_gradient_compression(params)
+                _context.set_compression(params)
             compression_set[0] = True
         wire_dtype = compression.wire_dtype(buf.dtype)
         wire = buf if wire_dtype == buf.dtype else buf.to(wire_dtype)

@@ -62,9 +62,12 @@ def push_pull_async_(
     compression: Compressor = Compression.none,
 ) -> Handle:
     """Starts an in-place :func:`push_pull_` and returns at once; :func:`synchronize` ends it.
-    Leave ``tensor`` alone until then."""
+    Leave ``tensor`` alone until then. A quantizing ``compression`` turns on the store's
+    compression, which then applies to every float32 push of the job."""
     _check(tensor, "push_pull")
     kv = _context.store()
+    if compression.store_params is not None and kv.type != "local":
+        _context.set_compression(compression.store_params)
     name = name if name is not None else _keys.unnamed("push_pull")
     n = kv.num_workers
     wire_dtype = compression.wire_dtype(tensor.dtype)
@@ -125,13 +128,14 @@ def _broadcast_many(named: "list[Tuple[str, torch.Tensor]]", root_rank: int) -> 
         return
     tensors = [t.detach() for _, t in named]
     wires = [t if t.is_contiguous() else t.contiguous() for t in tensors]
-    if kv.type == "dist_async" or _context.has_server_optimizer():
-        # Pushes would be applied one by one (async) or through the servers' optimizer:
-        # fresh keys initialised with rank 0's values (init keeps rank 0's), then pulled.
+    if kv.type == "dist_async" or _context.has_server_optimizer() or _context.compression() is not None:
+        # Pushes would be applied one by one (async), through the servers' optimizer, or
+        # quantized: fresh keys initialised with rank 0's values (init keeps rank 0's and
+        # travels uncompressed), then pulled.
         if root_rank != 0:
             raise ValueError(
-                "with dist_async or an optimizer on the servers, broadcast is from rank 0 only (init keeps rank 0's values); "
-                "broadcast before setting a server optimizer, or use root_rank=0"
+                "with dist_async, an optimizer on the servers or gradient compression, broadcast is from rank 0 only "
+                "(init keeps rank 0's values); broadcast before turning those on, or use root_rank=0"
             )
         keys = [f"torch/bcast/{name}#{_keys.unnamed('b')}" for name, _ in named]
         _keys.ensure(keys, wires, zeros=False)

@@ -68,7 +68,7 @@ def _set_compression(kv: "synkv.KVStore", compression: Compressor) -> None:
     params = compression.store_params
     if params is None or kv.type == "local":
         return
-    kv.set_gradient_compression(params)
+    _context.set_compression(params)
 
 
 class _Bucket:
