@@ -176,3 +176,30 @@ def test_two_bit_compression_and_broadcasts_under_it():
 
 def test_dist_async_applies_every_push_once():
     launch(3, 1, "async")
+
+
+EXAMPLES = HERE.parents[3] / "examples" / "python" / "torch"
+
+
+@pytest.mark.parametrize(
+    "script,args,metric,goal",
+    [
+        ("digits_cnn.py", [], "final accuracy", 0.95),
+        ("digits_cnn.py", ["--server-optimizer"], "final accuracy", 0.95),
+        ("ctr_sparse.py", [], "final auc", 0.75),
+    ],
+    ids=["digits-worker-optimizer", "digits-server-optimizer", "ctr-sparse-async"],
+)
+def test_examples_train_on_two_workers(script, args, metric, goal):
+    if BIN is None:
+        pytest.skip("the synkv binary is not built")
+    if not (EXAMPLES / script).exists():
+        pytest.skip("run from a synkv checkout")
+    pytest.importorskip("sklearn")
+    cmd = [BIN, "launch", "-n", "2", "-s", "1", "--", sys.executable, str(EXAMPLES / script), *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, SYNKV_TIMEOUT_MS="60000"))
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    finals = [line for line in done.stdout.splitlines() if metric in line]
+    assert finals, out[-4000:]
+    assert float(finals[-1].split(metric)[1].split()[0]) >= goal, finals

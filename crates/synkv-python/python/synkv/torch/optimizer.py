@@ -159,12 +159,21 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._launch(bucket)
 
     def _fill(self, bucket: _Bucket, p: torch.Tensor) -> None:
+        """Puts ``p``'s gradient into its bucket. When the bucket holds the gradient's dtype,
+        ``p.grad`` becomes a view of the bucket (as DDP's ``gradient_as_bucket_view``), so
+        later backward passes accumulate straight into it and the averaged result lands in
+        ``p.grad`` without copies; ``zero_grad`` keeps the views (it zeroes in place)."""
+        view = bucket.view(p)
         with torch.no_grad():
             g = p.grad
-            if g is None:
-                bucket.view(p).zero_()
+            if g is not None and not g.is_sparse and g.data_ptr() == view.data_ptr():
+                pass  # already a view: backward accumulated into the bucket
+            elif g is None:
+                view.zero_()
             else:
-                bucket.view(p).copy_(g.to_dense() if g.is_sparse else g)
+                view.copy_(g.to_dense() if g.is_sparse else g)
+            if view.dtype == p.dtype and (g is None or not g.is_sparse):
+                p.grad = view
         bucket.ready.add(id(p))
 
     def _launch(self, bucket: _Bucket) -> None:
@@ -186,20 +195,25 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if b.request is not None:
                 b.request.wait()
             with torch.no_grad():
+                if self._size > 1:
+                    b.buf.div_(self._size)
                 for _, p in b.params:
                     v = b.view(p)
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
-                    elif p.grad.is_sparse:
-                        p.grad = p.grad.to_dense()
-                    p.grad.copy_(v)
-                    if self._size > 1:
-                        p.grad.div_(self._size)
+                    if p.grad is not None and p.grad.data_ptr() == v.data_ptr():
+                        continue  # p.grad is the bucket's view: already averaged
+                    if p.grad is None or p.grad.is_sparse or p.grad.shape != p.shape:
+                        p.grad = torch.empty_like(p)
+                    p.grad.copy_(v)  # another dtype on the wire (Compression.fp16)
             b.request, b.launched = None, False
             b.ready.clear()
         for pid in self._counts:
             self._counts[pid] = 0
         self._synchronized = True
+
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        """Zeroes the gradients in place (``set_to_none`` is ignored: gradients are views of
+        the buckets, which must stay)."""
+        super(self.__class__, self).zero_grad(set_to_none=False)
 
     def skip_synchronize(self) -> "_SkipSync":
         """``with optimizer.skip_synchronize(): optimizer.step()`` after calling
