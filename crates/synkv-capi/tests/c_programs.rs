@@ -5,9 +5,9 @@
 
 mod util;
 
-use std::process::{Command, Output};
+use std::process::Output;
 
-use util::{compile, library_dir, run, RUN_TIMEOUT};
+use util::{command, compile, library_dir, run, RUN_TIMEOUT};
 
 fn check(out: &Output, name: &str) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -22,7 +22,7 @@ fn c_test_program_passes_against_the_shared_library() {
     let exe = compile("test_capi", &link);
     // cargo puts target/<profile> (whose copy of the library `cargo test` does not refresh) on
     // LD_LIBRARY_PATH, which wins over the rpath: point it at the library just linked.
-    let mut cmd = Command::new(exe);
+    let mut cmd = command(exe);
     cmd.env("LD_LIBRARY_PATH", &lib);
     let stdout = check(&run(cmd, RUN_TIMEOUT), "test_capi");
     assert!(stdout.trim_end().ends_with(" passed, 0 failed"), "unexpected summary:\n{stdout}");
@@ -33,7 +33,7 @@ fn c_tutorial_prints_the_tutorial_arrays_with_the_static_library() {
     let lib = library_dir();
     let link = vec![lib.join("libsynkv_capi.a").display().to_string(), "-lpthread".into(), "-ldl".into(), "-lm".into()];
     let exe = compile("tutorial", &link);
-    let stdout = check(&run(Command::new(exe), RUN_TIMEOUT), "tutorial");
+    let stdout = check(&run(command(exe), RUN_TIMEOUT), "tutorial");
     let block = |v: u32| format!("[\n [{v} {v} {v}]\n [{v} {v} {v}]\n]\n");
     let expected = [
         block(2),

@@ -7,10 +7,9 @@
 
 mod util;
 
-use std::process::Command;
 use std::time::Duration;
 
-use util::{compile_as, library_dir, run, synkv_exe};
+use util::{command, compile_as, library_dir, run, synkv_exe};
 
 /// Bound on the whole job (scheduler, 2 servers, 2 workers).
 const JOB_TIMEOUT: Duration = Duration::from_secs(120);
@@ -37,18 +36,17 @@ fn c_job(kind: &str) {
         "-lm".into(),
     ];
     let worker = compile_as("dist_capi", &format!("dist_capi-{kind}"), &link);
-    let mut cmd = Command::new(synkv);
+    let mut cmd = command(synkv);
     cmd.args(["launch", "-n", "2", "-s", "2", "--launcher", "local", "--grace-secs", "5", "--"]).arg(worker).arg(kind);
     // As in c_programs.rs: the library just linked wins over cargo's LD_LIBRARY_PATH. Short
-    // heartbeats and deadlines so a failure ends the job quickly; no inherited job variables.
+    // heartbeats and deadlines so a failure ends the job quickly; no inherited job variables
+    // (`command`).
     cmd.env("LD_LIBRARY_PATH", &lib)
         .env("SYNKV_HEARTBEAT_INTERVAL_MS", "200")
         .env("SYNKV_HEARTBEAT_TIMEOUT_MS", "2000")
         .env("SYNKV_TIMEOUT_MS", "30000")
         .env("SYNKV_LOG", "warn")
-        .env("DIST_CAPI_CHECKPOINT_DIR", std::env::temp_dir().join(format!("synkv-capi-ckpt-{kind}-{}", std::process::id())))
-        .env_remove("DMLC_ROLE")
-        .env_remove("SYNKV_SECRET");
+        .env("DIST_CAPI_CHECKPOINT_DIR", std::env::temp_dir().join(format!("synkv-capi-ckpt-{kind}-{}", std::process::id())));
     let out = run(cmd, JOB_TIMEOUT);
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the job failed ({}):\n{text}", out.status);

@@ -4,12 +4,10 @@
 //! restart. And the harness's own check, fed a checkpoint whose round was
 //! moved back: the rounds redone are counted twice, and it says so.
 
-use std::process::Command;
-
-use crate::util::{launch, run_bounded, synkv};
+use crate::util::{launch, run_bounded, synkv_command};
 
 fn chaos(args: &[&str]) -> crate::util::Finished {
-    let mut cmd = Command::new(synkv());
+    let mut cmd = synkv_command();
     cmd.arg("chaos").args(args).args(["--max-secs", "80"]);
     run_bounded("chaos", cmd, &[])
 }

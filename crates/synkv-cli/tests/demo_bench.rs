@@ -1,8 +1,6 @@
 //! `synkv demo`, `synkv demo --dist` and `synkv bench dist` end to end.
 
-use std::process::Command;
-
-use crate::util::{run_bounded, synkv};
+use crate::util::{command, run_bounded, synkv, synkv_command};
 
 /// The README's first command: the tutorial's steps print the tutorial's arrays, and the
 /// updater's lines come before the arrays they produce. Run several times: an array printed
@@ -11,7 +9,7 @@ use crate::util::{run_bounded, synkv};
 fn the_demo_prints_the_tutorial_arrays_and_exits() {
     let block = |v: u32| format!("[\n [{v} {v} {v}]\n [{v} {v} {v}]\n]");
     for _ in 0..5 {
-        let mut cmd = Command::new(synkv());
+        let mut cmd = synkv_command();
         cmd.arg("demo");
         let f = run_bounded("demo", cmd, &[]);
         assert!(f.status.success(), "{}", f.output);
@@ -34,7 +32,7 @@ fn the_demo_prints_the_tutorial_arrays_and_exits() {
 
 #[test]
 fn the_dist_demo_trains_with_a_falling_loss_and_exits_cleanly() {
-    let mut cmd = Command::new(synkv());
+    let mut cmd = synkv_command();
     cmd.args(["demo", "--dist", "--epochs", "4"]);
     let f = run_bounded("demo", cmd, &[]);
     assert!(f.status.success(), "{}", f.output);
@@ -54,7 +52,7 @@ fn the_dist_demo_trains_with_a_falling_loss_and_exits_cleanly() {
 #[test]
 fn bench_dist_prints_one_json_record_per_worker_and_case() {
     let exe = synkv();
-    let mut cmd = Command::new(&exe);
+    let mut cmd = command(&exe);
     cmd.args(["launch", "-n", "2", "-s", "2", "--"]).arg(&exe);
     cmd.args(["bench", "dist", "--size", "50000", "--keys", "2", "--iters", "3", "--warmup", "1", "--json"]);
     let f = run_bounded("bench", cmd, &[]);

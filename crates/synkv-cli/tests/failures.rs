@@ -3,10 +3,9 @@
 //! exit non-zero within the heartbeat timeout plus a margin; under `synkv launch` the launcher
 //! exits non-zero. Nothing may hang: every wait here has a deadline.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::util::{synkv, Job, Proc, FAST, JOB_BOUND};
+use crate::util::{command, synkv, Job, Proc, FAST, JOB_BOUND};
 
 /// Heartbeat timeout (2 s, `util::FAST`) plus generous slack for a loaded 2-core machine.
 const REPORT_BOUND: Duration = Duration::from_secs(20);
@@ -60,9 +59,9 @@ fn a_killed_scheduler_is_named_by_every_survivor() {
 #[test]
 fn under_the_launcher_a_killed_worker_ends_the_job_with_a_failure() {
     let exe = synkv();
-    let mut cmd = Command::new(&exe);
+    let mut cmd = command(&exe);
     cmd.args(["launch", "-n", "3", "-s", "2", "--grace-secs", "10", "--"]).arg(&exe);
-    cmd.args(["selftest", "dist", "until-failure", "--max-secs", "80"]).envs(FAST).env_remove("DMLC_ROLE").env("SYNKV_LOG", "warn");
+    cmd.args(["selftest", "dist", "until-failure", "--max-secs", "80"]).envs(FAST).env("SYNKV_LOG", "warn");
     let mut launcher = Proc::start("launch", cmd);
     let ready = Instant::now() + Duration::from_secs(40);
     for w in 0..3 {
@@ -74,7 +73,7 @@ fn under_the_launcher_a_killed_worker_ends_the_job_with_a_failure() {
         .lines()
         .find_map(|l| l.strip_prefix("[launch] started worker 1 (pid ").and_then(|r| r.strip_suffix(')')))
         .unwrap_or_else(|| panic!("no pid for worker 1:\n{out}"));
-    let killed = Command::new("kill").args(["-9", pid]).status().expect("kill");
+    let killed = command("kill").args(["-9", pid]).status().expect("kill");
     assert!(killed.success());
     let status = launcher.wait_until(Instant::now() + REPORT_BOUND).unwrap_or_else(|| panic!("the launcher hangs:\n{}", launcher.output()));
     let out = launcher.output();

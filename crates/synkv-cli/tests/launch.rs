@@ -1,9 +1,7 @@
 //! `synkv launch` (local launcher): environment, output prefixes, exit status. The ssh
 //! launcher's tests are in `launch_ssh.rs`.
 
-use std::process::Command;
-
-use crate::util::{run_bounded, synkv};
+use crate::util::{command, run_bounded, synkv, synkv_command};
 
 #[test]
 fn a_clean_job_exits_zero_and_prefixes_every_line() {
@@ -19,7 +17,7 @@ fn a_clean_job_exits_zero_and_prefixes_every_line() {
 #[test]
 fn workers_see_the_dmlc_variables() {
     let exe = synkv();
-    let mut cmd = Command::new(&exe);
+    let mut cmd = command(&exe);
     cmd.args(["launch", "-n", "2", "-s", "1", "--grace-secs", "1", "--", "sh", "-c"]);
     // Not a store user: the scheduler and server wait for a rendezvous that never comes, so
     // the job ends by the grace period once a worker fails.
@@ -32,7 +30,7 @@ fn workers_see_the_dmlc_variables() {
 
 #[test]
 fn a_missing_worker_program_fails_the_job() {
-    let mut cmd = Command::new(synkv());
+    let mut cmd = synkv_command();
     cmd.args(["launch", "-n", "1", "-s", "1", "--", "/nonexistent/program"]);
     let f = run_bounded("launch", cmd, &[]);
     assert_eq!(f.status.code(), Some(127), "{}", f.output);

@@ -4,9 +4,8 @@
 //! command line or, for the secret, ssh's standard input. Hosts are 127.0.0.1 and localhost.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use crate::util::{run_bounded, synkv, Finished};
+use crate::util::{command, run_bounded, synkv, synkv_command, Finished};
 
 /// Records `dest port=P remote-command` in `$FAKE_SSH_LOG`, then runs the command with `sh -c`.
 const FAKE_SSH: &str = r#"#!/bin/sh
@@ -50,10 +49,10 @@ impl Setup {
 
     /// `synkv launch --launcher ssh -H hosts -n W -s S [extra…] -- command…`.
     fn launch(&self, workers: u32, servers: u32, extra: &[&str], command: &[&str]) -> Finished {
-        let mut cmd = Command::new(synkv());
+        let mut cmd = synkv_command();
         cmd.args(["launch", "--launcher", "ssh", "-H"]).arg(self.dir.join("hosts"));
         cmd.args(["-n", &workers.to_string(), "-s", &servers.to_string()]).args(extra).arg("--").args(command);
-        cmd.current_dir(&self.dir).env_remove("DMLC_PS_ROOT_URI").env_remove("DMLC_PS_ROOT_PORT");
+        cmd.current_dir(&self.dir);
         let ssh = self.dir.join("fake-ssh");
         let log = self.dir.join("ssh.log");
         let (ssh, log) = (ssh.to_string_lossy(), log.to_string_lossy());
@@ -76,7 +75,7 @@ fn call_of<'a>(log: &'a str, role: &str, task: u32) -> &'a str {
 
 /// The words `sh` reads from `line` (a trailing `# comment` is dropped).
 fn shell_words(line: &str) -> Vec<String> {
-    let out = Command::new("sh").arg("-c").arg(format!("printf '%s\\0' {line}")).output().expect("running sh");
+    let out = command("sh").arg("-c").arg(format!("printf '%s\\0' {line}")).output().expect("running sh");
     assert!(out.status.success(), "sh cannot read {line:?}");
     String::from_utf8_lossy(&out.stdout).split_terminator('\0').map(str::to_owned).collect()
 }
@@ -161,12 +160,12 @@ fn bad_hostfiles_and_options_are_refused_clearly() {
     assert!(!f.status.success());
     assert!(f.output.contains("line 2: \"node2 slots=4\" has more than one field; write one host per line"), "{}", f.output);
 
-    let mut cmd = Command::new(synkv());
+    let mut cmd = synkv_command();
     cmd.args(["launch", "-n", "1", "--launcher", "ssh", "--", "true"]);
     let f = run_bounded("launch", cmd, &[]);
     assert!(!f.status.success() && f.output.contains("--launcher ssh needs a hostfile: -H FILE"), "{}", f.output);
 
-    let mut cmd = Command::new(synkv());
+    let mut cmd = synkv_command();
     cmd.args(["launch", "-n", "1", "-H", "hosts.txt", "--", "true"]);
     let f = run_bounded("launch", cmd, &[]);
     assert!(!f.status.success() && f.output.contains("add --launcher ssh"), "{}", f.output);

@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use crate::util::{finals, launch, Job, JOB_BOUND};
+use crate::util::{command, finals, launch, Job, JOB_BOUND};
 
 const REPLICAS: (&str, &str) = ("SYNKV_SERVER_REPLICAS", "1");
 
@@ -106,10 +106,10 @@ fn a_checkpoint_after_a_failover_is_whole_and_resumes_bit_for_bit() {
 #[test]
 fn the_launcher_with_replicas_keeps_a_job_going_when_a_server_is_killed() {
     let exe = crate::util::synkv();
-    let mut cmd = std::process::Command::new(&exe);
+    let mut cmd = command(&exe);
     cmd.args(["launch", "-n", "2", "-s", "3", "--replicas", "1", "--"]);
     cmd.arg(&exe).args(["selftest", "dist", "ckpt-train", "--repeat", "10", "--sleep-secs", "0.25"]);
-    cmd.envs(crate::util::FAST).env_remove("DMLC_ROLE").env_remove("SYNKV_SERVER_REPLICAS").env("SYNKV_LOG", "warn");
+    cmd.envs(crate::util::FAST).env("SYNKV_LOG", "warn");
     let mut launcher = crate::util::Proc::start("launch", cmd);
     let deadline = Instant::now() + JOB_BOUND;
     assert!(launcher.wait_for_output("round 3 pushed", deadline), "{}", launcher.output());
@@ -119,7 +119,7 @@ fn the_launcher_with_replicas_keeps_a_job_going_when_a_server_is_killed() {
         .find_map(|l| l.split("started server 1 (pid ").nth(1))
         .and_then(|r| r.trim_end_matches(')').parse().ok())
         .unwrap_or_else(|| panic!("no pid of server 1:\n{out}"));
-    let killed = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().expect("kill");
+    let killed = command("kill").args(["-9", &pid.to_string()]).status().expect("kill");
     assert!(killed.success());
     let status = launcher.wait_until(deadline);
     let out = launcher.output();

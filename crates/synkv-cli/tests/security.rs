@@ -1,13 +1,12 @@
 //! Authentication end to end (`SYNKV_SECRET`) and malformed frames sent to a server.
 
 use std::io::Write;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use synkv::ps::proto::{Command as Cmd, Flags, Header, Limits, Message};
 use synkv::ps::NodeId;
 
-use crate::util::{free_port, job_env, launch, synkv, Proc, Raw, FAST};
+use crate::util::{free_port, job_env, launch, synkv_command, Proc, Raw, FAST};
 
 const BOUND: Duration = Duration::from_secs(40);
 
@@ -25,13 +24,12 @@ fn a_wrong_or_missing_secret_is_refused_and_nothing_hangs() {
     let port = free_port();
     let base = job_env(port, 1, 3);
     let start = |label: &str, role: &str, args: &[&str], secret: Option<&str>, task: Option<u32>| {
-        let mut cmd = Command::new(synkv());
+        let mut cmd = synkv_command();
         cmd.args(args).envs(FAST).envs(base.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         cmd.env("DMLC_ROLE", role).env("SYNKV_TIMEOUT_MS", "6000").env("SYNKV_LOG", "warn");
-        match secret {
-            Some(s) => cmd.env("SYNKV_SECRET", s),
-            None => cmd.env_remove("SYNKV_SECRET"),
-        };
+        if let Some(s) = secret {
+            cmd.env("SYNKV_SECRET", s);
+        }
         if let Some(t) = task {
             cmd.env("DMLC_TASK_ID", t.to_string());
         }
@@ -62,9 +60,9 @@ fn malformed_frames_close_only_their_connection() {
     let server_port = free_port();
     let base = job_env(port, 1, 2);
     let role = |label: &str, role: &str, args: &[&str], task: Option<u32>| {
-        let mut cmd = Command::new(synkv());
+        let mut cmd = synkv_command();
         cmd.args(args).envs(FAST).envs(base.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        cmd.env("DMLC_ROLE", role).env("PORT", server_port.to_string()).env("SYNKV_LOG", "warn").env_remove("SYNKV_SECRET");
+        cmd.env("DMLC_ROLE", role).env("PORT", server_port.to_string()).env("SYNKV_LOG", "warn");
         if let Some(t) = task {
             cmd.env("DMLC_TASK_ID", t.to_string());
         }

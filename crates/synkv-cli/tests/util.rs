@@ -1,7 +1,13 @@
 //! Helpers for tests that drive the real `synkv` binary (ripgrep's `tests/util.rs` style):
 //! run `synkv launch …` with a deadline, or start the roles of a job one by one so a test can
-//! kill one of them; collect every process's output; never wait without a bound.
+//! kill one of them; collect every process's output; never wait without a bound. Every
+//! process starts from a clean environment ([`command`], [`synkv_command`]): nothing a job
+//! reads is inherited from the caller's shell.
 #![allow(dead_code)]
+
+mod clean_env;
+
+pub use clean_env::{assert_clean, command, is_job_variable};
 
 use std::io::Read;
 use std::net::TcpStream;
@@ -23,6 +29,11 @@ pub const JOB_BOUND: Duration = Duration::from_secs(90);
 /// The built binary.
 pub fn synkv() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_synkv"))
+}
+
+/// A command running the built binary, from a clean environment ([`command`]).
+pub fn synkv_command() -> Command {
+    command(synkv())
 }
 
 /// A free port on 127.0.0.1 (bound, then released).
@@ -53,8 +64,9 @@ fn collect(src: impl Read + Send + 'static, into: Arc<Mutex<Vec<u8>>>) -> JoinHa
 }
 
 impl Proc {
-    /// Starts `cmd` with piped output.
+    /// Starts `cmd` (built with [`command`]) with piped output.
     pub fn start(label: &str, mut cmd: Command) -> Proc {
+        assert_clean(&cmd);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap_or_else(|e| panic!("starting {label}: {e}"));
         let out = Arc::new(Mutex::new(Vec::new()));
@@ -132,15 +144,15 @@ pub struct Finished {
 /// with `env` set, bounded by [`JOB_BOUND`].
 pub fn launch(workers: u32, servers: u32, extra: &[&str], case_args: &[&str], env: &[(&str, &str)]) -> Finished {
     let exe = synkv();
-    let mut cmd = Command::new(&exe);
+    let mut cmd = command(&exe);
     cmd.arg("launch").args(["-n", &workers.to_string(), "-s", &servers.to_string()]).args(extra).arg("--");
     cmd.arg(&exe).args(["selftest", "dist"]).args(case_args);
     run_bounded("launch", cmd, env)
 }
 
-/// Runs `cmd` with `FAST` and `env` set, bounded by [`JOB_BOUND`].
+/// Runs `cmd` (built with [`command`]) with `FAST` and `env` set, bounded by [`JOB_BOUND`].
 pub fn run_bounded(label: &str, mut cmd: Command, env: &[(&str, &str)]) -> Finished {
-    cmd.envs(FAST).envs(env.iter().copied()).env_remove("DMLC_ROLE").env("SYNKV_LOG", "warn");
+    cmd.envs(FAST).envs(env.iter().copied()).env("SYNKV_LOG", "warn");
     let mut p = Proc::start(label, cmd);
     match p.wait_until(Instant::now() + JOB_BOUND) {
         Some(status) => Finished { status, output: p.output() },
@@ -174,13 +186,12 @@ impl Job {
         let port = free_port();
         let base = job_env(port, servers, workers);
         let role = |role: &str, task: Option<u32>, args: &[&str]| {
-            let mut cmd = Command::new(synkv());
+            let mut cmd = synkv_command();
             cmd.args(args).envs(FAST).envs(env.iter().copied()).envs(base.iter().map(|(k, v)| (k.as_str(), v.as_str())));
             cmd.env("DMLC_ROLE", role).env("SYNKV_LOG", "warn");
-            match task {
-                Some(t) => cmd.env("DMLC_TASK_ID", t.to_string()),
-                None => cmd.env_remove("DMLC_TASK_ID"),
-            };
+            if let Some(t) = task {
+                cmd.env("DMLC_TASK_ID", t.to_string());
+            }
             cmd
         };
         let scheduler = Proc::start("scheduler", role("scheduler", None, &["scheduler"]));

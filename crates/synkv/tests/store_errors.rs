@@ -8,7 +8,7 @@ mod common;
 use std::fmt::Display;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use common::{assert_all, bounded, per_device, STORE_TYPES};
+use common::{assert_all, bounded, outside_a_job, per_device, STORE_TYPES};
 use synkv::ndarray::Buffer;
 use synkv::store::{Error as StoreError, KeyKind, PullOptions};
 use synkv::{create, engine, Context, DType, Error, KVStore, Key, NDArray, Shape};
@@ -439,8 +439,9 @@ fn unknown_store_type_lists_valid_names() {
             assert!(matches!(&e, StoreError::UnknownStoreType { name: n, .. } if n == name), "{e:?}");
             assert_msg(&e, &[&format!("`{name}`"), "local", "device", "local_allreduce_cpu", "local_allreduce_device", "dist_sync"]);
         }
-        // distributed names are known; outside a job (no DMLC_* variables) creating one is a
-        // configuration error naming the missing variable
+        // distributed names are known; outside a job (no DMLC_* variables, whatever the
+        // caller's shell holds) creating one is a configuration error naming the missing variable
+        outside_a_job();
         for name in ["dist_sync", "dist_async", "dist_device_sync", "dist"] {
             match create(name) {
                 Err(synkv::Error::Dist(e @ synkv::ps::Error::Config(_))) => assert!(e.to_string().contains("DMLC_PS_ROOT_URI"), "{e}"),

@@ -1,7 +1,14 @@
 //! Helpers shared by the integration tests that compile C programs against the library and
 //! run them (`c_programs.rs`, `dist.rs`): find the library cargo built, compile with `cc`, run
-//! with a deadline, and build and find the `synkv` executable for distributed jobs.
+//! with a deadline, and build and find the `synkv` executable for distributed jobs. The
+//! programs and jobs run from a clean environment ([`command`], shared with `synkv-cli`'s
+//! tests): nothing a job reads is inherited from the caller's shell.
 #![allow(dead_code)]
+
+#[path = "../../../synkv-cli/tests/util/clean_env.rs"]
+mod clean_env;
+
+pub use clean_env::command;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -1,10 +1,18 @@
 """Shared helpers for the synkv pytest suite (spec K11 conventions: shape (4, 4), int keys
-3 / [5, 7, 11], str keys 'a' / ['b', 'c', 'd'], stores initialised with zeros)."""
+3 / [5, 7, 11], str keys 'a' / ['b', 'c', 'd'], stores initialised with zeros).
 
-import numpy as np
-import pytest
+The job variables of the caller's shell (SYNKV_*, DMLC_*, RUST_BACKTRACE, RANK, SLURM_*, ...)
+are removed from this process before synkv is imported, and the processes the tests start get
+``envs.clean_env(...)``: no test depends on the environment it is run from (envs.py)."""
 
-import synkv
+from envs import scrub_process_environment
+
+scrub_process_environment()
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import synkv  # noqa: E402
 
 SHAPE = (4, 4)
 STORE_TYPES = ["local", "device"]

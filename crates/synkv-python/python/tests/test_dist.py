@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from envs import clean_env
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[3]
 
@@ -32,8 +34,7 @@ pytestmark = pytest.mark.skipif(BIN is None, reason="the synkv binary is not bui
 
 def launch(workers, servers, *args):
     cmd = [BIN, "launch", "-n", str(workers), "-s", str(servers), "--", sys.executable, str(HERE / "dist_worker.py"), *args]
-    env = dict(os.environ, SYNKV_TIMEOUT_MS="60000")
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=clean_env(SYNKV_TIMEOUT_MS="60000"))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout + done.stderr
     assert sum(f"of {workers}: ok" in line for line in out.splitlines()) == workers, out[-3000:]
@@ -52,7 +53,7 @@ def test_the_example_trains_under_launch_with_a_dist_store():
     if not example.exists():
         pytest.skip("run from a synkv checkout")
     cmd = [BIN, "launch", "-n", "2", "-s", "1", "--", sys.executable, str(example), "--store", "dist_sync"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, SYNKV_TIMEOUT_MS="60000"))
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=clean_env(SYNKV_TIMEOUT_MS="60000"))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     finals = [line for line in done.stdout.splitlines() if "final accuracy" in line]
     assert len(finals) == 2, done.stdout[-3000:]

@@ -2,7 +2,6 @@
 explicit kv.close()): workers finishing far apart, a slow worker between sync pushes, and a
 close that fails at interpreter exit (a non-zero exit, not a printed line)."""
 
-import os
 import pathlib
 import signal
 import subprocess
@@ -11,6 +10,7 @@ import time
 
 import pytest
 
+from envs import clean_env
 from test_dist import BIN
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -22,9 +22,7 @@ FAST = {"SYNKV_TIMEOUT_MS": "1000", "SYNKV_HEARTBEAT_INTERVAL_MS": "200", "SYNKV
 
 
 def env(**extra):
-    e = dict(os.environ, **{**FAST, **extra})
-    e.pop("DMLC_ROLE", None)
-    return e
+    return clean_env(**{**FAST, **extra})
 
 
 def launch(case, secs, **extra):

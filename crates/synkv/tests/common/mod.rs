@@ -6,6 +6,23 @@ use std::time::Duration;
 
 use synkv::{Context, NDArray};
 
+// The list of the variables a job reads, shared with synkv-cli's and synkv-capi's tests.
+#[path = "../../../synkv-cli/tests/util/clean_env.rs"]
+mod clean_env;
+
+/// Removes every variable a job reads (`DMLC_*`, `SYNKV_*`, `RANK`, ...; see
+/// `synkv-cli/tests/util/clean_env.rs`) from this test process, for a test that needs to be
+/// outside a job whatever the caller's shell holds (issue 14, item 7). The tests running
+/// beside it in the binary use in-process stores, which these variables do not change (the
+/// engine's thread count aside, read once, whose value no test depends on).
+pub fn outside_a_job() {
+    for (name, _) in std::env::vars_os() {
+        if clean_env::is_job_variable(&name) {
+            std::env::remove_var(name);
+        }
+    }
+}
+
 /// The default bound on one test body, in seconds.
 pub const TIMEOUT_S: u64 = 30;
 
