@@ -15,6 +15,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -98,6 +99,7 @@ struct Proc {
     label: String,
     child: Child,
     output: Arc<Mutex<String>>,
+    readers: Vec<JoinHandle<()>>,
     status: Option<ExitStatus>,
 }
 
@@ -108,9 +110,10 @@ impl Proc {
         let output = Arc::new(Mutex::new(String::new()));
         let pipes: [Option<Box<dyn Read + Send>>; 2] =
             [child.stdout.take().map(|p| Box::new(p) as _), child.stderr.take().map(|p| Box::new(p) as _)];
+        let mut readers = Vec::new();
         for pipe in pipes.into_iter().flatten() {
             let (out, label) = (output.clone(), label.clone());
-            std::thread::spawn(move || {
+            readers.push(std::thread::spawn(move || {
                 for line in BufReader::new(pipe).lines().map_while(std::io::Result::ok) {
                     if verbose {
                         eprintln!("[{label}] {line}");
@@ -119,14 +122,24 @@ impl Proc {
                     o.push_str(&line);
                     o.push('\n');
                 }
-            });
+            }));
         }
-        Ok(Proc { label, child, output, status: None })
+        Ok(Proc { label, child, output, readers, status: None })
     }
 
+    /// The exit status once the process has exited and its output has been read to the end
+    /// (the readers may still hold its last lines, the worker's check line among them, when
+    /// `try_wait` first reports the exit; waited for up to 5 s, in case a child of the
+    /// process keeps a pipe open).
     fn poll(&mut self) -> Option<ExitStatus> {
         if self.status.is_none() {
             self.status = self.child.try_wait().ok().flatten();
+            if self.status.is_some() {
+                let until = Instant::now() + Duration::from_secs(5);
+                while !self.readers.iter().all(JoinHandle::is_finished) && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
         }
         self.status
     }
