@@ -11,6 +11,7 @@ mod dist_values;
 mod failures;
 mod launch;
 mod launch_ssh;
+mod orchestrated;
 mod real_job;
 mod replication;
 mod restarts;
