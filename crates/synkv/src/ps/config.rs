@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use super::auth::Secret;
 use super::node::{Node, NodeId, Role};
+use super::orchestrator::{self, Placement};
 use super::proto::Limits;
 use super::ConfigError;
 
@@ -74,6 +75,9 @@ pub struct Config {
     /// --max-restarts`): its death does not end the job; rounds and barriers stop waiting for
     /// it until a new process takes its rank.
     pub worker_restarts: bool,
+    /// What this process hosts besides its worker, when an orchestrator (torchrun, Slurm,
+    /// MPI…) started it ([`Config::from_worker_env`]); `None` in a `DMLC_*` launch.
+    pub placement: Option<Placement>,
 }
 
 /// How often the workers take a checkpoint (`SYNKV_CHECKPOINT_INTERVAL`).
@@ -85,7 +89,16 @@ pub enum CheckpointInterval {
     Seconds(Duration),
 }
 
-type Lookup<'a> = dyn Fn(&'static str) -> Result<Option<String>, ConfigError> + 'a;
+/// Reads one variable: `Ok(None)` when unset, an error when it cannot be read (not UTF-8).
+pub type Lookup<'a> = dyn Fn(&'static str) -> Result<Option<String>, ConfigError> + 'a;
+
+fn env_lookup(var: &'static str) -> Result<Option<String>, ConfigError> {
+    match std::env::var(var) {
+        Ok(v) => Ok(Some(v)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(err(var, "is not valid UTF-8", "a UTF-8 value")),
+    }
+}
 
 fn err(var: &'static str, problem: impl Into<String>, expected: &'static str) -> ConfigError {
     ConfigError { var, problem: problem.into(), expected }
@@ -121,11 +134,7 @@ fn millis(get: &Lookup<'_>, var: &'static str, default: u64, expected: &'static 
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Config, ConfigError> {
-        Config::from_lookup(&|var| match std::env::var(var) {
-            Ok(v) => Ok(Some(v)),
-            Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(_)) => Err(err(var, "is not valid UTF-8", "a UTF-8 value")),
-        })
+        Config::from_lookup(&env_lookup)
     }
 
     /// Reads from a map of variables (for tests and launchers).
@@ -262,7 +271,47 @@ impl Config {
             checkpoint_interval,
             replicas,
             worker_restarts,
+            placement: None,
         })
+    }
+
+    /// Reads a worker process's environment: exactly [`Config::from_env`] when
+    /// `DMLC_PS_ROOT_URI` is set; otherwise, if an orchestrator started the process (torchrun,
+    /// Slurm, MPI, `SYNKV_RANK`…), its variables decide the cluster and what this process
+    /// hosts ([`orchestrator`], [`Config::placement`]) and the rest is read as usual.
+    pub fn from_worker_env() -> Result<Config, ConfigError> {
+        Config::from_worker_lookup(&env_lookup, &orchestrator::hostname)
+    }
+
+    /// [`Config::from_worker_env`] over a map of variables and a fixed host name (tests).
+    pub fn from_worker_map<K: AsRef<str>, V: AsRef<str>>(
+        vars: impl IntoIterator<Item = (K, V)>,
+        hostname: Option<&str>,
+    ) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars.into_iter().map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned())).collect();
+        let host = hostname.map(str::to_owned);
+        Config::from_worker_lookup(&|var| Ok(map.get(var).cloned()), &|| host.clone())
+    }
+
+    fn from_worker_lookup(get: &Lookup<'_>, hostname: &dyn Fn() -> Option<String>) -> Result<Config, ConfigError> {
+        let Some(launch) = orchestrator::detect(get, hostname)? else {
+            if get("DMLC_PS_ROOT_URI")?.is_none() {
+                return Err(err(
+                    "DMLC_PS_ROOT_URI",
+                    "is not set, and no launcher's variables were found (SYNKV_RANK, torchrun's RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID)",
+                    "the scheduler's host with the other DMLC_* variables (synkv launch sets them), or a start by torchrun, srun or mpirun, or SYNKV_RANK and SYNKV_WORLD_SIZE",
+                ));
+            }
+            return Config::from_lookup(get);
+        };
+        let overlay = launch.dmlc_vars();
+        let config = Config::from_lookup(&|var| match overlay.iter().find(|(k, _)| *k == var) {
+            Some((_, v)) => Ok(Some(v.clone())),
+            // `PORT` is a common variable on container platforms; hosted servers take any free port.
+            None if var == "PORT" => Ok(None),
+            None => get(var),
+        })?;
+        Ok(Config { placement: Some(launch.placement()), ..config })
     }
 
     /// A server's budget of received, unprocessed frame bytes, shared by all its connections

@@ -8,6 +8,8 @@
 //! - [`auth`] — the optional HMAC challenge–response every connection starts with.
 //! - [`checkpoint`] — the servers' checkpoint files (shards) and manifests.
 //! - [`config`] — [`Config`] from `DMLC_*`/`SYNKV_*` variables (table in `docs/dist-env.md`).
+//! - [`orchestrator`] — without `DMLC_PS_ROOT_URI`, a worker's rank, the cluster's size and
+//!   what the process hosts (scheduler, a server) from torchrun's, Slurm's or MPI's variables.
 //! - [`scheduler`] — [`Scheduler`]: rendezvous, rank assignment, barriers, heartbeats,
 //!   failure detection and the shutdown sequence.
 //! - [`cluster`] — [`Cluster`], a node's view of the cluster (ps-lite's `Postoffice` as a value):
@@ -33,6 +35,7 @@ pub mod codec;
 pub mod config;
 mod error;
 mod node;
+pub mod orchestrator;
 pub mod proto;
 pub mod scheduler;
 pub mod server;
@@ -46,6 +49,7 @@ pub use cluster::Cluster;
 pub use config::{CheckpointInterval, Config};
 pub use error::{AuthError, ConfigError, Error};
 pub use node::{Group, Node, NodeId, ParseRoleError, Rank, Role, UnknownRole};
+pub use orchestrator::{Launch, Placement, Source};
 pub use scheduler::Scheduler;
 pub use server::{Server, ServerCmd};
 pub use topology::Topology;

@@ -6,6 +6,11 @@
 //! or async) and every worker waits at a barrier, so the servers are configured before any
 //! worker goes on.
 //!
+//! Without `DMLC_PS_ROOT_URI`, a process started by torchrun, Slurm or MPI finds its rank
+//! and the cluster in the orchestrator's variables (`ps::orchestrator`); rank 0 then hosts
+//! the scheduler and some processes host a server, started before the worker joins and kept
+//! running after it closes, until the job ends (`hosted.rs`).
+//!
 //! - `init` registers the keys on every worker (each worker validates its own calls); rank 0
 //!   alone sends the values (flag `INIT`; a key a server already holds is refused with an
 //!   error naming it); then every worker waits at a barrier, so any worker can pull at once
@@ -19,7 +24,8 @@
 //!   configurations keep the servers' states, a different one replaces them.
 //! - `barrier` is a worker barrier; `close` (or dropping the store) waits for this process's
 //!   operations, then tells the scheduler this worker is done and waits until every worker
-//!   is, after which servers and scheduler exit.
+//!   is, after which servers and scheduler exit; a process that hosts them waits for that
+//!   too and reports their error.
 //!
 //! Failures (a node dies, the scheduler goes away, a request outlives `SYNKV_TIMEOUT_MS`) fail
 //! pending and later operations with a `ps::Error` naming the node; blocking calls return
@@ -27,6 +33,7 @@
 
 mod build;
 mod checkpoint;
+mod hosted;
 mod init;
 mod keys;
 mod ops;
@@ -45,6 +52,7 @@ use tokio::runtime::{Handle, Runtime};
 use tokio_util::sync::CancellationToken;
 
 use self::build::Budget;
+use self::hosted::Hosted;
 use self::keys::{check_array, Layout, Registry};
 use self::ops::{Ctx, Item, Kind};
 use super::kvstore::PullReport;
@@ -88,6 +96,8 @@ pub(crate) struct DistStore {
     /// This process took the rank of a worker that died (`SYNKV_WORKER_RESTARTS=1`): its
     /// `init` adopts the keys the servers hold, without a barrier (see `init.rs`).
     rejoined: bool,
+    /// The scheduler and server this process hosts (an orchestrator started it).
+    hosted: Mutex<Option<Hosted>>,
 }
 
 /// Runs `fut` to completion on the store's runtime from a plain thread (from inside another
@@ -119,7 +129,7 @@ fn unsupported(op: &'static str, store_type: &str, reason: impl Into<String>) ->
 impl DistStore {
     /// Joins the cluster described by the environment as a worker.
     pub(crate) fn create(kind: StoreType, name: &str) -> crate::Result<DistStore> {
-        let config = Config::from_env().map_err(DistError::from)?;
+        let config = Config::from_worker_env().map_err(DistError::from)?;
         if config.role != Role::Worker {
             let reason = format!(
                 "this process has DMLC_ROLE={}; servers and the scheduler run `synkv server` and `synkv scheduler`, and a worker is any program that creates a dist store",
@@ -150,19 +160,16 @@ impl DistStore {
             .build()
             .map_err(DistError::from)?;
         let handle = rt.handle().clone();
-        let resumed = checkpoint::resumed(config)?;
-        let transport = TcpTransport::new(config.limits);
-        let worker = block(&handle, Worker::connect(&transport, config, CancellationToken::new()))?;
+        let (worker, hosted, resumed) = match Self::join(kind, config, &handle) {
+            Ok(joined) => joined,
+            Err(e) => {
+                // Safe inside another runtime, unlike dropping it.
+                rt.shutdown_background();
+                return Err(e);
+            }
+        };
         let client = worker.client();
         let rejoined = worker.rejoined();
-        // A restarted worker joins a running job: the others are past the start-up barrier.
-        if !rejoined {
-            if worker.rank() == 0 {
-                let mode = if kind == StoreType::DistAsync { "async" } else { "sync" };
-                block(&handle, command_all(&client, ServerCmd::SyncMode, ops::body(mode)))?;
-            }
-            block(&handle, worker.barrier())?;
-        }
         Ok(DistStore {
             name: name.to_owned(),
             rank: worker.rank(),
@@ -183,7 +190,49 @@ impl DistStore {
             schedule: checkpoint::Schedule::new(config),
             resumed,
             rejoined,
+            hosted: Mutex::new(hosted),
         })
+    }
+
+    /// Starts the roles this process hosts, joins as a worker and, at a job's start, configures
+    /// the servers' mode (rank 0) and waits at the start-up barrier.
+    fn join(kind: StoreType, config: &Config, handle: &Handle) -> crate::Result<(Worker, Option<Hosted>, Option<u64>)> {
+        let resumed = checkpoint::resumed(config)?;
+        let mut hosted = match &config.placement {
+            Some(p) => {
+                tracing::info!(
+                    "{}: worker rank {} of {}{}{}",
+                    p.source,
+                    config.task_id.unwrap_or(0),
+                    config.num_workers,
+                    if p.scheduler { ", hosting the scheduler" } else { "" },
+                    if p.server { ", hosting a server" } else { "" }
+                );
+                Hosted::start(config, p)?
+            }
+            None => None,
+        };
+        let transport = TcpTransport::new(config.limits);
+        let joining = Worker::connect(&transport, config, CancellationToken::new());
+        let worker = match hosted.as_mut() {
+            None => block(handle, joining)?,
+            // A hosted role that cannot join fails the creation at once.
+            Some(h) => block(handle, async {
+                tokio::select! {
+                    w = joining => w,
+                    e = h.failure() => Err(e),
+                }
+            })?,
+        };
+        // A restarted worker joins a running job: the others are past the start-up barrier.
+        if !worker.rejoined() {
+            if worker.rank() == 0 {
+                let mode = if kind == StoreType::DistAsync { "async" } else { "sync" };
+                block(handle, command_all(&worker.client(), ServerCmd::SyncMode, ops::body(mode)))?;
+            }
+            block(handle, worker.barrier())?;
+        }
+        Ok((worker, hosted, resumed))
     }
 
     /// The round (rank 0's `push` calls) of the checkpoint the job resumed from, if it did.
@@ -398,9 +447,12 @@ impl DistStore {
         let Some(worker) = self.worker.lock().take() else { return Ok(()) };
         let pending = Engine::global().wait_all();
         let finished = block(&self.handle, worker.finish());
+        // The roles this process hosts serve the other workers until the job ends.
+        let hosted = self.hosted.lock().take().map_or(Ok(()), Hosted::wait);
         ACTIVE.store(false, Ordering::Release);
         pending?;
         finished?;
+        hosted?;
         Ok(())
     }
 
