@@ -5,44 +5,20 @@
 //! (`ps::orchestrator`). The worker program checks every pulled value exactly (T24's numbers,
 //! with the 1200×1200 keys split over the servers and, at 1 MiB partitions, into parts); each
 //! process must report its rank and the server count and exit 0 within `util::JOB_BOUND`.
-//! Inherited orchestrator variables are removed from the children, so the tests pass under
+//! Children start from a clean environment (`util::synkv_command`), so the tests pass under
 //! any launcher.
 
 use std::net::TcpListener;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::util::{free_port, synkv, Proc, FAST, JOB_BOUND};
-
-/// Variable prefixes and names of launchers that a child must not inherit.
-const INHERITED_PREFIXES: [&str; 8] = ["DMLC_", "SLURM_", "OMPI_", "PMI_", "PMIX_", "PET_", "MASTER_", "SYNKV_"];
-const INHERITED: [&str; 13] = [
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "GROUP_WORLD_SIZE",
-    "ROLE_RANK",
-    "ROLE_WORLD_SIZE",
-    "TORCHELASTIC_RUN_ID",
-    "MPI_LOCALRANKID",
-    "MPI_LOCALNRANKS",
-    "PORT",
-    "MXNET_KVSTORE_BIGARRAY_BOUND",
-];
+use crate::util::{free_port, synkv_command, Proc, FAST, JOB_BOUND};
 
 /// `synkv selftest dist <case…>` with exactly `vars` (plus `FAST` and 1 MiB partitions) on top
 /// of an environment cleared of launchers' variables.
 fn worker(case: &[&str], vars: &[(String, String)]) -> Command {
-    let mut cmd = Command::new(synkv());
+    let mut cmd = synkv_command();
     cmd.args(["selftest", "dist"]).args(case);
-    for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy();
-        if INHERITED.contains(&k.as_ref()) || INHERITED_PREFIXES.iter().any(|p| k.starts_with(p)) {
-            cmd.env_remove(k.as_ref());
-        }
-    }
     cmd.envs(FAST).env("SYNKV_LOG", "warn").env("SYNKV_PARTITION_BYTES", "1048576");
     cmd.envs(vars.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     cmd
