@@ -203,3 +203,54 @@ def test_examples_train_on_two_workers(script, args, metric, goal):
     finals = [line for line in done.stdout.splitlines() if metric in line]
     assert finals, out[-4000:]
     assert float(finals[-1].split(metric)[1].split()[0]) >= goal, finals
+
+
+# What torchrun (and Kubeflow's PyTorchJob) give every process, besides RANK and LOCAL_RANK.
+def torchrun_env(rank, world, port):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DMLC_", "SLURM_", "OMPI_", "PMI_", "PET_", "SYNKV_"))}
+    env.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+        GROUP_RANK="0",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        SYNKV_TIMEOUT_MS="60000",
+        OMP_NUM_THREADS="1",
+    )
+    return env
+
+
+@pytest.mark.parametrize("mode", ["collectives", "server_optimizer"])
+def test_processes_started_with_torchruns_variables_form_a_job(mode):
+    """No synkv launch: rank 0 hosts the scheduler, local rank 0 a server (docs/dist-env.md)."""
+    port = free_port()
+    procs = [
+        subprocess.Popen([sys.executable, str(HERE / "torch_worker.py"), mode], env=torchrun_env(r, 2, port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for r in range(2)
+    ]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=300)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-4000:]
+        assert "of 2: ok" in out, out[-4000:]
+
+
+def test_real_torchrun():
+    if tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 0) and sys.version_info >= (3, 11):
+        pytest.skip("torch 1.13's torchrun fails on Python 3.11 (its Std enum); checked by hand with torch 2.5.1 (docs/torch.md)")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DMLC_", "SLURM_", "OMPI_", "PMI_", "PET_", "SYNKV_"))}
+    env.update(SYNKV_TIMEOUT_MS="60000", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port), str(HERE / "torch_worker.py"), "collectives"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    assert out.count("of 2: ok") == 2, out[-4000:]
