@@ -84,23 +84,31 @@ class SparseEmbedding(torch.nn.Module):
         if uniq.numel() and (uniq[0] < 0 or uniq[-1] >= self.num_embeddings):
             raise IndexError(f"{self.name}: ids must be in 0..{self.num_embeddings - 1}, got {int(uniq[0])}..{int(uniq[-1])}")
         self._wait()  # read this worker's own last update
-        shard_of = torch.div(uniq, self.shard_rows, rounding_mode="floor")
-        keys, outs, ids_per, shards = [], [], [], []
-        for s in torch.unique(shard_of).tolist():
-            local = uniq[shard_of == s] - s * self.shard_rows
+        bounds = self._bounds(uniq)
+        keys, outs, ids_per = [], [], []
+        np_dtype = torch.zeros(0, dtype=self.dtype).numpy().dtype
+        for s in range(self.num_shards):
+            lo, hi = bounds[s], bounds[s + 1]
+            if lo == hi:
+                continue
             keys.append(self._keys[s])
-            outs.append(synkv.RowSparseNDArray.zeros((self._rows_in(s), self.embedding_dim), dtype=torch.zeros(0, dtype=self.dtype).numpy().dtype))
-            ids_per.append(_keys.as_numpy_ids(local))
-            shards.append(s)
+            outs.append(synkv.RowSparseNDArray.zeros((self._rows_in(s), self.embedding_dim), dtype=np_dtype))
+            ids_per.append(_keys.as_numpy_ids(uniq[lo:hi] - s * self.shard_rows))
         if keys:
             _context.store().row_sparse_pull(keys, out=outs, row_ids=ids_per)
         data = torch.cat([torch.from_numpy(o.data) for o in outs]) if outs else torch.zeros(0, self.embedding_dim, dtype=self.dtype)
         leaf = data.requires_grad_(self.training and torch.is_grad_enabled())
         if leaf.requires_grad:
-            leaf.register_hook(lambda g, uniq=uniq, shard_of=shard_of: self._push(uniq, shard_of, g))
+            leaf.register_hook(lambda g, uniq=uniq, bounds=bounds: self._push(uniq, bounds, g))
         return uniq, leaf
 
-    def _push(self, uniq: torch.Tensor, shard_of: torch.Tensor, grad: torch.Tensor) -> None:
+    def _bounds(self, uniq: torch.Tensor) -> "list[int]":
+        """Where each shard's ids start in the sorted ``uniq`` (and the end): shard ``s`` holds
+        ``uniq[b[s]:b[s+1]]``."""
+        starts = torch.arange(0, self.num_shards + 1, dtype=uniq.dtype) * self.shard_rows
+        return torch.searchsorted(uniq, starts).tolist()
+
+    def _push(self, uniq: torch.Tensor, bounds: "list[int]", grad: torch.Tensor) -> None:
         if not _context.has_server_optimizer():
             raise RuntimeError(
                 f"{self.name}: a SparseEmbedding is trained by an optimizer on the servers; "
@@ -108,12 +116,12 @@ class SparseEmbedding(torch.nn.Module):
             )
         grad = grad.contiguous()
         keys, values = [], []
-        shards = range(self.num_shards) if self._sync else torch.unique(shard_of).tolist()
-        for s in shards:
-            mask = shard_of == s
-            local = uniq[mask] - s * self.shard_rows
+        for s in range(self.num_shards):
+            lo, hi = bounds[s], bounds[s + 1]
+            if lo == hi and not self._sync:
+                continue  # dist_sync: every shard is pushed every step, so rounds line up
             keys.append(self._keys[s])
-            values.append(synkv.RowSparseNDArray(grad[mask].numpy(), _keys.as_numpy_ids(local), (self._rows_in(s), self.embedding_dim)))
+            values.append(synkv.RowSparseNDArray(grad[lo:hi].numpy(), _keys.as_numpy_ids(uniq[lo:hi] - s * self.shard_rows), (self._rows_in(s), self.embedding_dim)))
         if keys:
             self._pending.append(_context.store().push(keys, values, block=False))
 
