@@ -19,6 +19,10 @@ echo "== chaos (short; a new random seed each run, printed so a failure can be r
 cargo run -q -p synkv-cli -- chaos --kills 3 --rounds 60 --max-secs 300
 cargo run -q -p synkv-cli -- chaos --replicas -s 3 --kills 2 --rounds 60 --max-secs 300
 
+echo "== real Open MPI and Slurm (mpirun, srun, sbatch; skipped with a message where they cannot run)"
+bash scripts/test-mpi.sh
+bash scripts/test-slurm.sh
+
 echo "== python (pytest)"
 bash scripts/test-python.sh
 

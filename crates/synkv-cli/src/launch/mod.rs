@@ -1,5 +1,8 @@
 //! `synkv launch -n W -s S [--launcher local|ssh -H hostfile] -- CMD ARGS…`: start a whole job.
 //!
+//! (`--launcher mpi|slurm` hands the job to `mpirun` or `srun` instead, whose processes host
+//! the scheduler and the servers themselves: [`engines`]. What follows is about local and ssh.)
+//!
 //! Both launchers start, in this order, `synkv scheduler`, `S` × `synkv server` and `W` copies
 //! of `CMD ARGS…`, each with MXNet's variables set (`DMLC_ROLE`, `DMLC_PS_ROOT_URI`,
 //! `DMLC_PS_ROOT_PORT`, `DMLC_NUM_SERVER`, `DMLC_NUM_WORKER`, `DMLC_TASK_ID` = the index within
@@ -26,6 +29,7 @@
 //! period, then are killed and named, and the launcher exits 1. Ctrl-C or SIGTERM kills every
 //! child and exits with 130.
 
+mod engines;
 mod hostfile;
 mod ssh;
 mod supervise;
@@ -50,6 +54,11 @@ pub(crate) enum LauncherKind {
     /// The scheduler on this host, servers and workers round-robin over the hostfile's hosts,
     /// through ssh (`SYNKV_SSH`, default `ssh`).
     Ssh,
+    /// Open MPI's `mpirun -n W`: the processes host the scheduler and the servers themselves
+    /// (see [`engines`]).
+    Mpi,
+    /// Slurm's `srun -n W`: the tasks host the scheduler and the servers themselves.
+    Slurm,
 }
 
 /// Arguments of `synkv launch`.
@@ -82,6 +91,10 @@ pub(crate) struct LaunchArgs {
     /// Print the command of every process (the secret redacted) and exit without starting any.
     #[arg(long)]
     dry_run: bool,
+    /// mpi and slurm launchers: an argument for mpirun or srun, before the command (repeat
+    /// for more: `--launcher-arg=--oversubscribe`).
+    #[arg(long = "launcher-arg", allow_hyphen_values = true)]
+    launcher_args: Vec<String>,
     /// Seconds the other processes get to exit by themselves after one failed, before they
     /// are killed (default: SYNKV_HEARTBEAT_TIMEOUT_MS + 5 s).
     #[arg(long)]
@@ -171,6 +184,13 @@ pub(crate) fn run(args: &LaunchArgs) -> ExitCode {
 }
 
 fn launch(args: &LaunchArgs) -> Result<u8> {
+    match args.launcher {
+        LauncherKind::Mpi | LauncherKind::Slurm => return engines::run(args),
+        LauncherKind::Local | LauncherKind::Ssh if !args.launcher_args.is_empty() => {
+            bail!("--launcher-arg belongs to the mpi and slurm launchers")
+        }
+        LauncherKind::Local | LauncherKind::Ssh => {}
+    }
     let spec = JobSpec {
         workers: args.num_workers,
         servers: args.num_servers.unwrap_or(args.num_workers),
@@ -204,6 +224,7 @@ fn launch(args: &LaunchArgs) -> Result<u8> {
             local_plan(&spec)?
         }
         LauncherKind::Ssh => ssh_plan(args, &spec)?,
+        LauncherKind::Mpi | LauncherKind::Slurm => unreachable!("handled above"),
     };
     if args.dry_run {
         print_plan(&plan, std::env::var("SYNKV_SECRET").ok().filter(|s| !s.is_empty()).as_deref());
