@@ -23,6 +23,9 @@ echo "== real Open MPI and Slurm (mpirun, srun, sbatch; skipped with a message w
 bash scripts/test-mpi.sh
 bash scripts/test-slurm.sh
 
+echo "== Kubernetes manifests (deploy/k8s: each pod's env, then the pods' command run here)"
+python3 scripts/test-k8s.py
+
 echo "== python (pytest)"
 bash scripts/test-python.sh
 
