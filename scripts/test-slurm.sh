@@ -112,7 +112,10 @@ timeout 150 sbatch --wait "$dir/job.sh" >"$dir/sbatch.out" 2>&1 || st=$?
 cat "$dir/sbatch.out" >>"$dir/batch.out" 2>/dev/null || true
 check_t24 "sbatch --wait (srun synkv selftest dist t24)" "$st" "$dir/batch.out" 2 1
 
-# 4. synkv launch --launcher slurm -n 2 -s 2.
+# 4. synkv launch --launcher slurm: the dry run's command line, then a real run.
+"$SYNKV" launch --launcher slurm -n 3 -s 2 --root-port 4321 --launcher-arg=--label --dry-run -- "$SYNKV" selftest dist t24 >"$dir/dry.out" 2>&1 || true
+check_contains "synkv launch --launcher slurm --dry-run" "$dir/dry.out" \
+    "srun -n 3 --export=ALL,SYNKV_NUM_SERVERS=2,SYNKV_ROOT_PORT=4321 --label $SYNKV selftest dist t24"
 st=0
 timeout 150 "$SYNKV" launch --launcher slurm -n 2 -s 2 --launcher-arg=--label --launcher-arg=-t3 -- "$SYNKV" selftest dist t24 >"$dir/launch.out" 2>&1 || st=$?
 check_t24 "synkv launch --launcher slurm -n 2 -s 2" "$st" "$dir/launch.out" 2 2
