@@ -20,11 +20,12 @@ cargo run -q -p synkv-cli -- chaos --kills 3 --rounds 60 --max-secs 300
 cargo run -q -p synkv-cli -- chaos --replicas -s 3 --kills 2 --rounds 60 --max-secs 300
 
 echo "== real Open MPI and Slurm (mpirun, srun, sbatch; skipped with a message where they cannot run)"
-bash scripts/test-mpi.sh
-bash scripts/test-slurm.sh
+# The synkv binary the cargo steps above built.
+SYNKV_BIN="$PWD/target/debug/synkv" bash scripts/test-mpi.sh
+SYNKV_BIN="$PWD/target/debug/synkv" bash scripts/test-slurm.sh
 
 echo "== Kubernetes manifests (deploy/k8s: each pod's env, then the pods' command run here)"
-python3 scripts/test-k8s.py
+python3 scripts/test-k8s.py "$PWD/target/debug/synkv"
 
 echo "== python (pytest)"
 bash scripts/test-python.sh

@@ -17,8 +17,8 @@ if ! command -v mpirun >/dev/null 2>&1; then
     [[ $(id -u) == 0 ]] || skip "mpirun is missing and installing openmpi-bin needs root"
     ensure_packages mpirun openmpi-bin || skip "could not install Debian's openmpi-bin"
 fi
+SYNKV=$(synkv_bin)   # before clean_job_env, which unsets SYNKV_BIN too
 clean_job_env
-SYNKV=$(synkv_bin)
 dir=$(mktemp -d /tmp/synkv-mpi.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 

@@ -20,8 +20,8 @@ ensure_packages slurmd slurm-wlm slurmctld slurmd slurm-client || skip "could no
 for p in slurmctld slurmd srun sbatch sinfo; do
     command -v "$p" >/dev/null || skip "$p is missing after installing slurm-wlm"
 done
+SYNKV=$(synkv_bin)   # before clean_job_env, which unsets SYNKV_BIN too
 clean_job_env
-SYNKV=$(synkv_bin)
 
 dir=$(mktemp -d /tmp/synkv-slurm.XXXXXX)
 host=$(hostname -s)
