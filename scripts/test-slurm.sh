@@ -64,6 +64,8 @@ export SLURM_CONF=$dir/slurm.conf
 pids=()
 cleanup() {
     local p
+    # Jobs still running (a run cut by its timeout) end with the daemons' help, then the daemons.
+    timeout 10 scancel --user=root >/dev/null 2>&1 || true
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do timeout 10 tail --pid="$p" -f /dev/null 2>/dev/null || kill -9 "$p" 2>/dev/null || true; done
     if [[ "${KEEP_SLURM_DIR:-}" != 1 ]]; then rm -rf "$dir"; fi
@@ -91,12 +93,12 @@ echo "one-node Slurm cluster up: $host, slurmctld port $ctld_port, slurmd port $
 
 # 1. srun -n 2: one node, so one server (the default: one per node), hosted by task 0.
 st=0
-timeout 150 srun -n 2 -t 3 --label --kill-on-bad-exit=1 "$SYNKV" selftest dist t24 >"$dir/srun2.out" 2>&1 || st=$?
+timeout 150 srun -n 2 -t 3 --label --kill-on-bad-exit=1 "$SYNKV" selftest dist t24 >"$dir/srun2.out" 2>&1 </dev/null || st=$?
 check_t24 "srun -n 2 synkv selftest dist t24" "$st" "$dir/srun2.out" 2 1
 
 # 2. srun -n 3 with SYNKV_NUM_SERVERS=2 (tasks 0 and 1 host a server).
 st=0
-timeout 150 srun -n 3 -t 3 --label --kill-on-bad-exit=1 --export=ALL,SYNKV_NUM_SERVERS=2 "$SYNKV" selftest dist t24 >"$dir/srun3.out" 2>&1 || st=$?
+timeout 150 srun -n 3 -t 3 --label --kill-on-bad-exit=1 --export=ALL,SYNKV_NUM_SERVERS=2 "$SYNKV" selftest dist t24 >"$dir/srun3.out" 2>&1 </dev/null || st=$?
 check_t24 "srun -n 3 (SYNKV_NUM_SERVERS=2) synkv selftest dist t24" "$st" "$dir/srun3.out" 3 2
 
 # 3. sbatch --wait of a script that runs the job step with srun.
@@ -108,7 +110,7 @@ cat >"$dir/job.sh" <<EOF
 srun --label "$SYNKV" selftest dist t24
 EOF
 st=0
-timeout 150 sbatch --wait "$dir/job.sh" >"$dir/sbatch.out" 2>&1 || st=$?
+timeout 150 sbatch --wait "$dir/job.sh" >"$dir/sbatch.out" 2>&1 </dev/null || st=$?
 cat "$dir/sbatch.out" >>"$dir/batch.out" 2>/dev/null || true
 check_t24 "sbatch --wait (srun synkv selftest dist t24)" "$st" "$dir/batch.out" 2 1
 
@@ -117,7 +119,7 @@ check_t24 "sbatch --wait (srun synkv selftest dist t24)" "$st" "$dir/batch.out" 
 check_contains "synkv launch --launcher slurm --dry-run" "$dir/dry.out" \
     "srun -n 3 --export=ALL,SYNKV_NUM_SERVERS=2,SYNKV_ROOT_PORT=4321 --label $SYNKV selftest dist t24"
 st=0
-timeout 150 "$SYNKV" launch --launcher slurm -n 2 -s 2 --launcher-arg=--label --launcher-arg=-t3 -- "$SYNKV" selftest dist t24 >"$dir/launch.out" 2>&1 || st=$?
+timeout 150 "$SYNKV" launch --launcher slurm -n 2 -s 2 --launcher-arg=--label --launcher-arg=-t3 -- "$SYNKV" selftest dist t24 >"$dir/launch.out" 2>&1 </dev/null || st=$?
 check_t24 "synkv launch --launcher slurm -n 2 -s 2" "$st" "$dir/launch.out" 2 2
 
 if ((FAILED)); then slurm_logs; fi
