@@ -8,6 +8,8 @@
 //! - [`auth`] — the optional HMAC challenge–response every connection starts with.
 //! - [`checkpoint`] — the servers' checkpoint files (shards) and manifests.
 //! - [`config`] — [`Config`] from `DMLC_*`/`SYNKV_*` variables (table in `docs/dist-env.md`).
+//! - [`metrics`] — Prometheus series of every role and their `GET /metrics` endpoint
+//!   (`SYNKV_METRICS_ADDR`, `docs/metrics.md`).
 //! - [`orchestrator`] — without `DMLC_PS_ROOT_URI`, a worker's rank, the cluster's size and
 //!   what the process hosts (scheduler, a server) from torchrun's, Slurm's or MPI's variables.
 //! - [`scheduler`] — [`Scheduler`]: rendezvous, rank assignment, barriers, heartbeats,
@@ -34,6 +36,7 @@ pub mod cluster;
 pub mod codec;
 pub mod config;
 mod error;
+pub mod metrics;
 mod node;
 pub mod orchestrator;
 pub mod proto;

@@ -155,6 +155,21 @@ impl Core {
     }
 
     pub(super) fn on_event(&mut self, event: Event, now: Instant) -> Outcome {
+        let outcome = self.handle(event, now);
+        self.publish();
+        outcome
+    }
+
+    /// Copies the node counts into the metrics (a few relaxed stores).
+    fn publish(&self) {
+        let m = &crate::ps::metrics::METRICS.scheduler;
+        m.live_servers.set(i64::from(self.count(Role::Server)));
+        m.live_workers.set(i64::from(self.count(Role::Worker)));
+        m.workers_away.set(i64::try_from(self.away.len()).unwrap_or(i64::MAX));
+        m.workers_finished.set(i64::try_from(self.done.len()).unwrap_or(i64::MAX));
+    }
+
+    fn handle(&mut self, event: Event, now: Instant) -> Outcome {
         match event {
             Event::Registered { conn, node, outbox, token } => self.on_register(conn, node, outbox, token, now),
             Event::Message { conn, msg } => self.on_message(conn, msg, now),
@@ -363,6 +378,7 @@ impl Core {
             }
             let released = self.barriers.remove(&group).unwrap_or_default();
             tracing::debug!("releasing the {group} barrier");
+            crate::ps::metrics::METRICS.scheduler.barriers.add(1);
             for (id, request_id) in released {
                 self.released.insert((group, id), request_id);
                 self.send_release(group, id, request_id);

@@ -62,6 +62,7 @@ impl Scheduler {
     /// told to shut down; `Ok`). Returns only after its connection tasks have finished
     /// (each bounded by the heartbeat timeout).
     pub async fn run<L: Listener>(self, listener: L, shutdown: CancellationToken) -> Result<()> {
+        crate::ps::metrics::start(crate::ps::Role::Scheduler);
         let config = self.config;
         // Independent of `shutdown`, so final messages are flushed before connections close;
         // the guards cancel both if this future is dropped.

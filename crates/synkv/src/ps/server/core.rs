@@ -105,9 +105,19 @@ impl Core {
 
     /// Handles events until every sender is gone.
     pub(super) fn run(mut self, mut events: mpsc::Receiver<Event>) {
+        // What this server added to the process-wide gauges (several servers may share them).
+        let m = &crate::ps::metrics::METRICS.server;
+        let (mut keys, mut queued) = (0i64, 0i64);
         while let Some(ev) = events.blocking_recv() {
             self.on_event(ev);
+            let now_keys = i64::try_from(self.parts.values().map(Partition::num_keys).sum::<usize>()).unwrap_or(i64::MAX);
+            let now_queued = i64::try_from(events.len()).unwrap_or(i64::MAX);
+            m.keys.add(now_keys - keys);
+            m.queue_depth.add(now_queued - queued);
+            (keys, queued) = (now_keys, now_queued);
         }
+        m.keys.add(-keys);
+        m.queue_depth.add(-queued);
     }
 
     /// Bytes held by unfolded pushes (for tests).

@@ -181,6 +181,7 @@ impl Server {
     /// Joins the cluster advertising `listener`'s port and serves workers until shutdown.
     pub async fn run<T: Transport, L: Listener>(self, transport: &T, listener: L, shutdown: CancellationToken) -> Result<()> {
         let started = std::time::Instant::now();
+        crate::ps::metrics::start(crate::ps::Role::Server);
         let config = self.config;
         let addr = listener.local_addr()?;
         let port: u16 = addr

@@ -30,6 +30,7 @@ pub struct Worker {
 impl Worker {
     /// Joins the cluster as a worker and connects to every server.
     pub async fn connect<T: Transport>(transport: &T, config: &Config, shutdown: CancellationToken) -> Result<Worker> {
+        crate::ps::metrics::start(Role::Worker);
         let cluster = Cluster::join(transport, config, 0, shutdown).await?;
         let servers = cluster.nodes_of(Role::Server).into_iter().cloned().collect();
         let client = Client::connect(transport, config, cluster.me().id, servers).await?;

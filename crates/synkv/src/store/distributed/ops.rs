@@ -23,6 +23,7 @@ use super::keys::KeyInfo;
 use super::reply::{prepare_row_outputs, refusal, write_back};
 use crate::compression::GradientCompression;
 use crate::engine::{Completion, Engine, Priority, Var};
+use crate::ps::metrics::METRICS;
 use crate::ps::{wait_each, Client};
 use crate::NDArray;
 
@@ -36,6 +37,18 @@ pub(crate) enum Kind {
     Pull,
     PushPull,
     RowSparsePull,
+}
+
+impl Kind {
+    /// The index of this op in `metrics::WORKER_OPS`.
+    fn metric(self) -> usize {
+        match self {
+            Kind::Push => 0,
+            Kind::Pull => 1,
+            Kind::PushPull => 2,
+            Kind::RowSparsePull => 3,
+        }
+    }
 }
 
 /// One key's part of an operation.
@@ -116,6 +129,12 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
         };
         let Ctx { client, rt, .. } = ctx;
         rt.spawn(async move {
+            let metrics = &METRICS.worker;
+            let started = std::time::Instant::now();
+            metrics.in_flight.add(1);
+            if matches!(kind, Kind::Push | Kind::PushPull) {
+                metrics.push_bytes.add(msgs.iter().flat_map(|(_, m)| &m.chunks).map(|c| c.data.len() as u64).sum());
+            }
             let mut first_error = None;
             let mut waiters = Vec::with_capacity(msgs.len());
             let mut sent = Vec::with_capacity(msgs.len());
@@ -136,6 +155,7 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
                 let place = &places[sent[j]];
                 let outcome = reply.map_err(|e| refusal(e, op, items.iter().map(|it| (it.info.ps, it.info.key.clone())))).and_then(
                     |(reply, _admission)| {
+                        metrics.pull_bytes.add(reply.chunks.iter().map(|c| c.data.len() as u64).sum());
                         if matches!(kind, Kind::Push | Kind::PushPull) {
                             // The server counted these parts: their next push is the next round.
                             for &(i, part, _) in place {
@@ -150,9 +170,19 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
                 }
             })
             .await;
+            metrics.in_flight.add(-1);
+            metrics.latency[kind.metric()].observe(started.elapsed());
             match first_error {
-                None => done.done(),
-                Some(e) => done.fail(Box::new(e)),
+                None => {
+                    if matches!(kind, Kind::Push | Kind::PushPull) {
+                        metrics.stepped();
+                    }
+                    done.done()
+                }
+                Some(e) => {
+                    metrics.failures.add(1);
+                    done.fail(Box::new(e))
+                }
             }
         });
     };

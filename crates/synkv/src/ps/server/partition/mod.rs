@@ -120,6 +120,11 @@ impl Partition {
         }
     }
 
+    /// Key parts held.
+    pub(super) fn num_keys(&self) -> usize {
+        self.keys.len()
+    }
+
     fn num_workers(&self) -> usize {
         usize::try_from(self.settings.num_workers).unwrap_or(usize::MAX)
     }
@@ -148,6 +153,9 @@ impl Partition {
     /// A data request or command from worker `worker` on connection `conn`.
     pub(super) fn request(&mut self, conn: u64, worker: Rank, msg: &Message) {
         let id = msg.request_id;
+        let m = &crate::ps::metrics::METRICS.server;
+        m.requests.add(1);
+        m.received_bytes.add(msg.chunks.iter().map(len_u64).sum());
         let outcome = match msg.command {
             Command::Push | Command::PushPull if msg.flags.contains(Flags::INIT) => self.init(msg),
             Command::Push => self.push(conn, worker, msg, false),
@@ -222,6 +230,7 @@ impl Partition {
 
     /// Queues an answer: sent once every replication it may depend on is acknowledged.
     fn reply(&mut self, conn: u64, msg: Message) {
+        crate::ps::metrics::METRICS.server.sent_bytes.add(msg.chunks.iter().map(len_u64).sum());
         match self.repl.gate() {
             Some(seq) => self.repl.gated.push_back((seq, conn, msg)),
             None => self.out.push((conn, msg)),
@@ -446,7 +455,10 @@ impl Partition {
             let waiting = std::mem::take(&mut round.waiting);
             let failed = round.failed.take();
             round.contributors.clear();
-            round.started = None;
+            if let Some(started) = round.started.take() {
+                crate::ps::metrics::METRICS.server.round_wait.observe(started.elapsed());
+            }
+            let update_started = std::time::Instant::now();
             round.id += 1;
             let replicating = self.repl.active();
             let result = match failed {
@@ -474,6 +486,7 @@ impl Partition {
                 }
             }
             .map_err(|e| e.at(key));
+            crate::ps::metrics::METRICS.server.update.observe(update_started.elapsed());
             // The backup copy gets the round before anyone hears of it (replies wait for it).
             let result = match result {
                 Ok(change) => {
@@ -721,6 +734,7 @@ impl Partition {
             self.settings.num_workers
         );
         tracing::warn!("{text}");
+        crate::ps::metrics::METRICS.server.stragglers.add(1);
         self.last_warning = Some(now);
         let conns: BTreeSet<u64> =
             late.iter().filter_map(|(k, _)| self.keys.get(k)).flat_map(|e| e.round.waiting.iter().map(|(r, _)| r.0)).collect();
