@@ -13,6 +13,7 @@ mod environment;
 mod failures;
 mod launch;
 mod launch_ssh;
+mod metrics;
 mod orchestrated;
 mod real_job;
 mod replication;

@@ -42,6 +42,7 @@ pub(crate) fn run(args: &DistArgs) -> Result<()> {
         "many-keys" => super::real_job::many_keys(&kv, args)?,
         "big-states" => super::real_job::big_states(&kv, args)?,
         "hold" => super::real_job::hold(&kv, args)?,
+        "push-hold" => super::real_job::push_hold(&kv, args)?,
         "ckpt-train" | "ckpt-resume" => super::real_job::checkpoint_train(&kv, args)?,
         "restart-train" => super::real_job::restart_train(&kv, args)?,
         "chaos" => super::chaos::chaos(&kv, args)?,

@@ -174,6 +174,25 @@ pub(super) fn hold(kv: &KVStore, args: &DistArgs) -> Result<()> {
     Ok(())
 }
 
+/// Initialises key 4242 (`size` floats), pushes and pulls it `repeat` times, then holds like
+/// [`hold`] (a test scrapes every process's metrics meanwhile).
+pub(super) fn push_hold(kv: &KVStore, args: &DistArgs) -> Result<()> {
+    let shape = [args.size.max(1)];
+    kv.init(4242, &full(&shape, 1.0, DType::F32))?;
+    let out = full(&shape, 0.0, DType::F32);
+    for _ in 0..args.repeat.max(1) {
+        kv.push(4242, &full(&shape, 1.0, DType::F32))?;
+        kv.pull(4242, &out)?;
+        out.wait_to_read()?;
+    }
+    println!("selftest push-hold: pushed {} times, holding for {} s", args.repeat.max(1), args.sleep_secs);
+    let deadline = std::time::Instant::now() + Duration::from_secs_f64(args.sleep_secs);
+    while std::time::Instant::now() < deadline && !args.until_file.as_ref().is_some_and(|f| f.exists()) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 /// SGD with momentum on a small key and a key split over the servers; worker `r` pushes
 /// `r + 1` every round and pulls. Rounds `from + 1 ..= repeat` (`from` = the round the job
 /// resumed from, 0 for a fresh job); with `--checkpoint-at C` every worker takes a checkpoint

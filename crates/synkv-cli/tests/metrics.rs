@@ -1,0 +1,153 @@
+//! `SYNKV_METRICS_ADDR` (issue 14 item 3): a job of one scheduler, one server and one worker,
+//! each with an endpoint on `127.0.0.1:0` listed in one `SYNKV_METRICS_FILE`. While the worker
+//! holds after its pushes, every endpoint is scraped; the text must parse as the Prometheus
+//! text format (a strict parser here, and `promtool check metrics` where installed) and carry
+//! the key series with plausible values.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::util::{Job, JOB_BOUND};
+
+/// Sends `GET path` to `url`'s host and returns (status line, body).
+fn get(url: &str, path: &str) -> (String, String) {
+    let host = url.trim_start_matches("http://").split('/').next().expect("a host");
+    let mut s = TcpStream::connect(host).expect("the metrics endpoint accepts");
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("a timeout");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").expect("a request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("a response");
+    let (head, body) = out.split_once("\r\n\r\n").expect("a response head");
+    (head.lines().next().unwrap_or_default().to_owned(), body.to_owned())
+}
+
+fn is_name(s: &str) -> bool {
+    let mut c = s.chars();
+    c.next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_' || f == ':')
+        && c.all(|x| x.is_ascii_alphanumeric() || x == '_' || x == ':')
+}
+
+/// Parses exposition text strictly; returns each sample (`name{labels}`) with its value.
+fn parse(text: &str) -> BTreeMap<String, f64> {
+    let mut types: BTreeMap<String, String> = BTreeMap::new();
+    let mut samples = BTreeMap::new();
+    assert!(text.ends_with('\n'), "the text ends with a newline");
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# ") {
+            let mut f = rest.splitn(3, ' ');
+            let (kw, name, arg) = (f.next().unwrap(), f.next().expect("a name"), f.next().expect("text"));
+            assert!(is_name(name), "bad name in {line:?}");
+            if kw == "TYPE" {
+                assert!(["counter", "gauge", "histogram", "summary", "untyped"].contains(&arg), "{line:?}");
+                assert!(types.insert(name.to_owned(), arg.to_owned()).is_none(), "TYPE repeated: {line:?}");
+            } else {
+                assert_eq!(kw, "HELP", "{line:?}");
+            }
+            continue;
+        }
+        assert!(!line.is_empty(), "empty line");
+        let (series, value) = line.rsplit_once(' ').expect("series and value");
+        let v: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => v.parse().unwrap_or_else(|_| panic!("bad value in {line:?}")),
+        };
+        let name = match series.split_once('{') {
+            Some((name, labels)) => {
+                let labels = labels.strip_suffix('}').expect("closing brace");
+                for pair in labels.split(',') {
+                    let (k, v) = pair.split_once('=').expect("label=value");
+                    assert!(is_name(k), "bad label in {line:?}");
+                    assert!(v.len() >= 2 && v.starts_with('"') && v.ends_with('"'), "unquoted label in {line:?}");
+                }
+                name
+            }
+            None => series,
+        };
+        assert!(is_name(name), "bad name in {line:?}");
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|f| types.get(*f).is_some_and(|t| t == "histogram")))
+            .unwrap_or(name);
+        assert!(types.contains_key(family), "sample before its TYPE: {line:?}");
+        assert!(samples.insert(series.to_owned(), v).is_none(), "sample repeated: {line:?}");
+    }
+    samples
+}
+
+fn promtool(text: &str) {
+    let Ok(mut child) = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    else {
+        eprintln!("promtool not installed: skipping its check");
+        return;
+    };
+    child.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("promtool reads");
+    let out = child.wait_with_output().expect("promtool runs");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn every_role_serves_prometheus_metrics_while_the_job_runs() {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let file = tmp.join(format!("metrics-{}.txt", std::process::id()));
+    let until = tmp.join(format!("metrics-hold-{}", std::process::id()));
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&until);
+    let (file_s, until_s) = (file.display().to_string(), until.display().to_string());
+    let env = [("SYNKV_METRICS_ADDR", "127.0.0.1:0"), ("SYNKV_METRICS_FILE", file_s.as_str())];
+    let args = ["push-hold", "--size", "1000", "--repeat", "3", "--sleep-secs", "60", "--until-file", until_s.as_str()];
+    let mut job = Job::start(1, 1, &args, &env);
+    let deadline = Instant::now() + JOB_BOUND;
+    assert!(job.workers[0].wait_for_output("holding for", deadline), "{}", job.workers[0].output());
+    let urls: Vec<String> = std::fs::read_to_string(&file).expect("SYNKV_METRICS_FILE").lines().map(str::to_owned).collect();
+    assert_eq!(urls.len(), 3, "one endpoint per process: {urls:?}");
+
+    let mut all = BTreeMap::new();
+    for url in &urls {
+        assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/metrics"), "{url}");
+        let (status, body) = get(url, "/metrics");
+        assert_eq!(status, "HTTP/1.1 200 OK", "{url}");
+        promtool(&body);
+        all.extend(parse(&body));
+        let (status, _) = get(url, "/other");
+        assert!(status.starts_with("HTTP/1.1 404"), "{status}");
+    }
+    let v = |s: &str| *all.get(s).unwrap_or_else(|| panic!("{s} missing from {all:#?}"));
+    // 3 pushes of 1000 f32 (plus nothing else through the push path).
+    assert_eq!(v("synkv_worker_push_bytes_total{role=\"worker\"}"), 12_000.0);
+    assert!(v("synkv_worker_pull_bytes_total{role=\"worker\"}") >= 12_000.0);
+    assert_eq!(v("synkv_worker_request_seconds_count{role=\"worker\",op=\"push\"}"), 3.0);
+    assert_eq!(v("synkv_worker_request_seconds_count{role=\"worker\",op=\"pull\"}"), 3.0);
+    assert_eq!(v("synkv_worker_requests_in_flight{role=\"worker\"}"), 0.0);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let last = v("synkv_worker_last_step_timestamp_seconds{role=\"worker\"}");
+    assert!(last > now - 120.0 && last <= now + 1.0, "last step {last}, now {now}");
+    assert!(v("synkv_server_received_bytes_total{role=\"server\"}") >= 12_000.0);
+    assert!(v("synkv_server_sent_bytes_total{role=\"server\"}") >= 12_000.0);
+    assert_eq!(v("synkv_server_keys{role=\"server\"}"), 1.0);
+    assert_eq!(v("synkv_server_update_seconds_count{role=\"server\"}"), 3.0);
+    assert_eq!(v("synkv_server_round_wait_seconds_count{role=\"server\"}"), 3.0);
+    assert_eq!(v("synkv_server_stragglers_total{role=\"server\"}"), 0.0);
+    assert_eq!(v("synkv_scheduler_live_nodes{role=\"scheduler\",node_role=\"server\"}"), 1.0);
+    assert_eq!(v("synkv_scheduler_live_nodes{role=\"scheduler\",node_role=\"worker\"}"), 1.0);
+    assert!(v("synkv_scheduler_barriers_total{role=\"scheduler\"}") >= 1.0);
+
+    std::fs::write(&until, b"done").expect("the hold file");
+    for p in job.all_mut() {
+        let status = p.wait_until(Instant::now() + JOB_BOUND);
+        assert!(status.is_some_and(|s| s.success()), "{} failed: {}", p.label, p.output());
+    }
+}
