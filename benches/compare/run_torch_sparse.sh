@@ -22,41 +22,13 @@
 #   BENCH_TIMEOUT     seconds per job                               (default 300)
 set -euo pipefail
 
-if [[ -n "${CI:-}" ]]; then
-    echo "run_torch_sparse.sh: \$CI is set; this is a manual benchmark and does not run in CI. Refusing." >&2
-    exit 0
-fi
-
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-TORCH_VENV="${TORCH_VENV:-./.venv-ci}"
-[[ "$TORCH_VENV" = /* ]] || TORCH_VENV="$root/${TORCH_VENV#./}"
-PY="$TORCH_VENV/bin/python"
+. "$(dirname "${BASH_SOURCE[0]}")/torch_common.sh"
+torch_bench_setup run_torch_sparse.sh torch-sparse
 ROUNDS="${BENCH_ROUNDS:-2}"
 STEPS="${BENCH_STEPS:-30}"
 DENSE_STEPS="${BENCH_DENSE_STEPS:-3}"
 TIMEOUT="${BENCH_TIMEOUT:-300}"
 read -r -a EXTRA <<<"${BENCH_ARGS:-}"
-cd "$root"
-
-if ! "$PY" -c 'import torch.distributed as d, synkv.torch; assert d.is_gloo_available()' >/dev/null 2>&1; then
-    echo "run_torch_sparse.sh: $PY lacks torch with gloo or the synkv wheel (set TORCH_VENV)" >&2
-    exit 2
-fi
-if [[ -n "${SYNKV_BIN:-}" ]]; then
-    SYNKV="$SYNKV_BIN"
-else
-    echo "== cargo build --release -p synkv-cli" >&2
-    cargo build --release -p synkv-cli
-    SYNKV="$(cargo metadata --format-version 1 --no-deps | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/synkv"
-fi
-[[ -x "$SYNKV" ]] || { echo "run_torch_sparse.sh: no synkv binary at $SYNKV" >&2; exit 1; }
-
-mkdir -p bench-results
-stamp="$(date +%Y%m%d-%H%M%S)"
-out="bench-results/torch-sparse-$stamp.jsonl"
-: >"$out"
-echo "== $(date -Is)  loadavg $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')  -> $out" >&2
 
 keep() { sed -n 's/^\(\[worker [0-9]*\] \)\{0,1\}\({"bench".*\)$/\2/p'; }
 
