@@ -202,6 +202,20 @@ elif MODE == "ddp":
             opt.step()
         ref = reference_steps(start, 3, 0.5)
         check(close(model, ref, 1e-5 if hook is skv.push_pull_hook else 2e-3), f"DDP with {hook.__name__}")
+    # 2-bit quantized buckets: lossy, but every worker applies the same averaged gradients.
+    model = net()
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    ddp.register_comm_hook(None, skv.push_pull_hook_with(skv.Compression.twobit(threshold=0.01)))
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.5)
+    start = [p.detach().clone() for p in model.parameters()]
+    for s in range(3):
+        opt.zero_grad()
+        x, y = data(R, s)
+        F.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    check(any(not torch.equal(p, q) for p, q in zip(model.parameters(), start)), "DDP with 2-bit buckets trains")
+    for i, p in enumerate(model.parameters()):
+        check(torch.equal(skv.broadcast(p.detach(), 0, name=f"ddp2bit/{i}"), p.detach()), "DDP with 2-bit buckets: workers agree")
     dist.destroy_process_group()
 
 elif MODE == "async":
