@@ -155,15 +155,24 @@ impl<'py> Borrower<'py> {
         Ok(numpy(self.py)?.getattr("array")?.call((arr,), Some(&kwargs))?.cast_into::<PyUntypedArray>()?)
     }
 
+    /// The index of memory already wrapped in this call, if it was (an output that is also a
+    /// value of the call is refused).
+    fn seen_before(&self, id: &Identity, mode: Mode) -> PyResult<Option<usize>> {
+        match self.seen.get(id) {
+            Some((Mode::Input, _)) if mode == Mode::Output => {
+                Err(PyValueError::new_err("an array is both a value and an output of this call; pass it only as the output"))
+            }
+            Some((_, i)) => Ok(Some(*i)),
+            None => Ok(None),
+        }
+    }
+
     /// Wraps a usable dense array (once per call: the same memory gives the same index).
     fn dense<T: Element + BufferElement>(&mut self, arr: Bound<'py, PyUntypedArray>, mode: Mode) -> PyResult<usize> {
         let typed = arr.cast_into::<PyArrayDyn<T>>()?;
         let id = Identity { ptr: typed.data() as usize, shape: typed.shape().to_vec(), dtype: T::DTYPE };
-        if let Some((seen_mode, i)) = self.seen.get(&id) {
-            if mode == Mode::Output && *seen_mode == Mode::Input {
-                return Err(PyValueError::new_err("an array is both a value and an output of this call; pass it only as the output"));
-            }
-            return Ok(*i);
+        if let Some(i) = self.seen_before(&id, mode)? {
+            return Ok(i);
         }
         let shape = id.shape.clone();
         let buf = self.wrap(typed, mode)?;
@@ -176,11 +185,8 @@ impl<'py> Borrower<'py> {
     fn dense_bf16(&mut self, arr: Bound<'py, PyUntypedArray>, mode: Mode) -> PyResult<usize> {
         let typed = arr.cast_into::<PyArrayDyn<i16>>()?;
         let id = Identity { ptr: typed.data() as usize, shape: typed.shape().to_vec(), dtype: DType::BF16 };
-        if let Some((seen_mode, i)) = self.seen.get(&id) {
-            if mode == Mode::Output && *seen_mode == Mode::Input {
-                return Err(PyValueError::new_err("an array is both a value and an output of this call; pass it only as the output"));
-            }
-            return Ok(*i);
+        if let Some(i) = self.seen_before(&id, mode)? {
+            return Ok(i);
         }
         let shape = id.shape.clone();
         let (ptr, len, owner) = self.borrow(typed, mode)?;

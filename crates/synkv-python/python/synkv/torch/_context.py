@@ -136,11 +136,14 @@ def local_size() -> int:
     return _local()[1]
 
 
-def set_compression(params: "dict[str, object]") -> None:
+def set_compression(params: "Optional[dict[str, object]]") -> None:
     """Turns on the store's gradient compression (store-wide: every float32 push of this
-    process is quantized from then on); a second, different setting is refused."""
+    process is quantized from then on); a second, different setting is refused. ``None``
+    (no quantizer) and a ``local`` store (nothing travels) leave the store as it is."""
     global _compression
     kv = store()
+    if params is None or kv.type == "local":
+        return
     if _compression is not None:
         if _compression != params:
             raise ValueError(f"gradient compression is already {_compression}; synkv compresses every push of a store alike, so one setting per job")

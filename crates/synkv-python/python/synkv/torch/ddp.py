@@ -34,8 +34,6 @@ def _waiter() -> concurrent.futures.ThreadPoolExecutor:
 
 
 def _hook(compression: Compressor) -> Callable[[Any, Any], "torch.futures.Future[torch.Tensor]"]:
-    compression_set = [False]
-
     # No annotations: DDP checks them against its own types (and these are strings here).
     def hook(state, bucket):  # type: ignore[no-untyped-def]
         kv = _context.store()
@@ -45,11 +43,7 @@ def _hook(compression: Compressor) -> Callable[[Any, Any], "torch.futures.Future
         if n == 1 and kv.type in ("local", "device"):
             fut.set_result(buf)
             return fut
-        if not compression_set[0]:
-            params = compression.store_params
-            if params is not None:
-                _context.set_compression(params)
-            compression_set[0] = True
+        _context.set_compression(compression.store_params)
         wire_dtype = compression.wire_dtype(buf.dtype)
         wire = buf if wire_dtype == buf.dtype else buf.to(wire_dtype)
         # DDP rebuilds its buckets after the first iteration: a key per (index, size, dtype).

@@ -66,8 +66,7 @@ def push_pull_async_(
     compression, which then applies to every float32 push of the job."""
     _check(tensor, "push_pull")
     kv = _context.store()
-    if compression.store_params is not None and kv.type != "local":
-        _context.set_compression(compression.store_params)
+    _context.set_compression(compression.store_params)
     name = name if name is not None else _keys.unnamed("push_pull")
     n = kv.num_workers
     wire_dtype = compression.wire_dtype(tensor.dtype)

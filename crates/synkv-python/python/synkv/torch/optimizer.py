@@ -64,13 +64,6 @@ def _sparse_embedding_weights(model: torch.nn.Module) -> "set[str]":
     return found
 
 
-def _set_compression(kv: "synkv.KVStore", compression: Compressor) -> None:
-    params = compression.store_params
-    if params is None or kv.type == "local":
-        return
-    _context.set_compression(params)
-
-
 class _Bucket:
     """Parameters whose gradients travel together, as one flat key."""
 
@@ -138,7 +131,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         ]
         self._bucket_of = {id(p): b for b in self._buckets for _, p in b.params}
         if self._communicate:
-            _set_compression(kv, compression)
+            _context.set_compression(compression.store_params)
             _keys.ensure([b.key for b in self._buckets], [b.buf for b in self._buckets])
         self._hooks = _hooks.after_accumulate([p for _, p in named], self._grad_ready)
 
@@ -289,7 +282,7 @@ class ServerOptimizer(torch.optim.Optimizer):
         sync = kv.type != "dist_async"
         if compression.wire_dtype(torch.float32) != torch.float32:
             raise ValueError("with an optimizer on the servers, weights are kept in their own dtype: use Compression.none, twobit or onebit")
-        _set_compression(kv, compression)
+        _context.set_compression(compression.store_params)
         # Row-sparse keys for the sparse embeddings: their gradients travel as rows.
         self._sparse = {id(p) for n, p in pairs if n in sparse_names}
         dense = [(n, p) for n, p in pairs if id(p) not in self._sparse]
@@ -312,17 +305,20 @@ class ServerOptimizer(torch.optim.Optimizer):
         self._hooks = _hooks.after_accumulate([p for _, p in pairs], self._grad_ready)
 
     def _pull_all(self) -> None:
-        outs, keys, tmp = [], [], []
         for _, p in self._params:
             if id(p) in self._sparse:
                 self._pull_rows(p, torch.arange(p.shape[0]))
-                continue
-            t = p.data if p.data.is_contiguous() else torch.empty_like(p.data, memory_format=torch.contiguous_format)
-            outs.append(t)
-            keys.append(self._keys[id(p)])
-            tmp.append((p, t))
-        self._kv.pull(keys, out=outs)
-        for p, t in tmp:
+        self._pull_dense([p for _, p in self._params if id(p) not in self._sparse])
+
+    @torch.no_grad()
+    def _pull_dense(self, params: List[torch.Tensor]) -> None:
+        """Pulls the weights of dense parameters in one call (into a contiguous buffer for a
+        parameter that is not contiguous)."""
+        if not params:
+            return
+        outs = [p.data if p.data.is_contiguous() else torch.empty_like(p.data, memory_format=torch.contiguous_format) for p in params]
+        self._kv.pull([self._keys[id(p)] for p in params], out=outs)
+        for p, t in zip(params, outs):
             if t is not p.data:
                 p.data.copy_(t)
 
@@ -381,24 +377,10 @@ class ServerOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):  # type: ignore[no-untyped-def]
         loss = closure() if closure is not None else None
         self.synchronize()
-        dense_keys, dense_outs, copies = [], [], []
-        sparse = []
+        self._pull_dense([p for _, p in self._params if id(p) not in self._sparse])
         for _, p in self._params:
-            pid = id(p)
-            if pid in self._sparse_rows:
-                sparse.append(p)
-                continue
-            t = p.data if p.data.is_contiguous() else torch.empty_like(p.data, memory_format=torch.contiguous_format)
-            dense_keys.append(self._keys[pid])
-            dense_outs.append(t)
-            copies.append((p, t))
-        if dense_keys:
-            self._kv.pull(dense_keys, out=dense_outs)
-        for p, t in copies:
-            if t is not p.data:
-                p.data.copy_(t)
-        for p in sparse:
-            self._pull_rows(p, self._sparse_rows[id(p)])
+            if id(p) in self._sparse:
+                self._pull_rows(p, self._sparse_rows[id(p)])
         self._pushed.clear()
         self._sparse_rows.clear()
         for pid in self._counts:

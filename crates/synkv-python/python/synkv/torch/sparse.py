@@ -56,9 +56,9 @@ class SparseEmbedding(torch.nn.Module):
         self._pending: List[Any] = []
         kv = _context.store()
         self._sync = kv.type != "dist_async"
-        np_dtype = torch.zeros(0, dtype=dtype).numpy().dtype if dtype != torch.bfloat16 else None
-        if np_dtype is None:
+        if dtype not in (torch.float32, torch.float16, torch.float64):
             raise TypeError("SparseEmbedding holds float32, float16 or float64 rows")
+        self._np_dtype = torch.zeros(0, dtype=dtype).numpy().dtype
         # One shard at a time, so no worker ever holds the whole table.
         for s, key in enumerate(self._keys):
             rows = self._rows_in(s)
@@ -86,13 +86,12 @@ class SparseEmbedding(torch.nn.Module):
         self._wait()  # read this worker's own last update
         bounds = self._bounds(uniq)
         keys, outs, ids_per = [], [], []
-        np_dtype = torch.zeros(0, dtype=self.dtype).numpy().dtype
         for s in range(self.num_shards):
             lo, hi = bounds[s], bounds[s + 1]
             if lo == hi:
                 continue
             keys.append(self._keys[s])
-            outs.append(synkv.RowSparseNDArray.zeros((self._rows_in(s), self.embedding_dim), dtype=np_dtype))
+            outs.append(synkv.RowSparseNDArray.zeros((self._rows_in(s), self.embedding_dim), dtype=self._np_dtype))
             ids_per.append(_keys.as_numpy_ids(uniq[lo:hi] - s * self.shard_rows))
         if keys:
             _context.store().row_sparse_pull(keys, out=outs, row_ids=ids_per)
