@@ -171,7 +171,7 @@ fn main() {
     write(&dir, "node-dead", &frames(&[Message::node_dead(me, "heartbeat timeout")]));
     write(&dir, "barrier", &frames(&[Message::barrier(Group::SERVERS_AND_WORKERS, 5)]));
     write(&dir, "error", &frames(&[Message::coded_error(4, ErrorCode::ShapeMismatch, "key 1: shape (4,) cannot change to (3,)")]));
-    write(&dir, "challenge", &frames(&[Message::challenge([7; 32])]));
+    write(&dir, "hello", &frames(&[Message::hello(Role::Worker, &[7; 48])]));
     let mut f16 = Message::new(Command::PushPull).with_flags(Flags::REQUEST);
     f16.meta.push_key(4, 6, 0);
     f16.chunks.push(Chunk { dtype: DTypeCode::F16, data: Bytes::from_static(&[0, 60, 0, 64, 0, 66]) });

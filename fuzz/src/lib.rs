@@ -57,7 +57,14 @@ pub fn frame(data: &[u8]) {
             Err(e) => panic!("the re-encoded frame does not parse: {e}"),
         }
         // The typed accessors the control plane uses must refuse, never panic.
-        let _ = (msg.single_node(), msg.group(), msg.head_role(), msg.token(), msg.head_node_id(), msg.error_code());
+        let _ = (
+            msg.single_node(),
+            msg.group(),
+            msg.head_role(),
+            msg.handshake().map(|h| h.map(<[u8]>::len)),
+            msg.head_node_id(),
+            msg.error_code(),
+        );
     }
 }
 

@@ -419,6 +419,8 @@ fn one_run(
 fn start(args: &ChaosArgs, dir: &Path, seed: u64) -> Result<Vec<Proc>> {
     let exe = std::env::current_exe().context("locating the synkv executable")?;
     let port = crate::ports::free_port("127.0.0.1").context("finding a free port for the scheduler")?;
+    // Chaos runs are authenticated and sealed like every launched job.
+    let secret = synkv::ps::Secret::generate().context("generating the job's secret")?;
     let base = |role: &str, task: Option<u32>| {
         let mut cmd = Command::new(&exe);
         cmd.env("DMLC_ROLE", role)
@@ -433,6 +435,7 @@ fn start(args: &ChaosArgs, dir: &Path, seed: u64) -> Result<Vec<Proc>> {
             .env("SYNKV_CHECKPOINT_DIR", dir)
             .env("SYNKV_CHECKPOINT_INTERVAL", args.checkpoint_every.to_string())
             .env("SYNKV_SERVER_REPLICAS", if args.replicas { "1" } else { "0" })
+            .env("SYNKV_SECRET", &secret)
             .env_remove("DMLC_TASK_ID");
         if std::env::var_os("SYNKV_LOG").is_none() {
             cmd.env("SYNKV_LOG", "warn");

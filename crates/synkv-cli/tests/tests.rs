@@ -18,4 +18,5 @@ mod orchestrated;
 mod real_job;
 mod replication;
 mod restarts;
+mod rogue;
 mod security;

@@ -222,6 +222,15 @@ impl Raw {
         Raw { s, buf: Vec::new() }
     }
 
+    /// Connects and greets as a worker without a secret (a job without one), expecting `AuthOk`.
+    pub fn open(port: u16) -> Raw {
+        let mut raw = Raw::connect(port);
+        let hello = Message::hello(synkv::ps::Role::Worker, &[]).encode_to_bytes(&Limits::default()).expect("a Hello");
+        std::io::Write::write_all(&mut raw.s, &hello).expect("send the Hello");
+        assert_eq!(raw.next().map(|m| m.command), Some(synkv::ps::proto::Command::AuthOk));
+        raw
+    }
+
     /// The next frame, or `None` once the server closed the connection.
     pub fn next(&mut self) -> Option<Message> {
         loop {

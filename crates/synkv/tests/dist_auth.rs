@@ -69,7 +69,8 @@ async fn registering_a_role_other_than_the_authenticated_one_is_refused() {
         let sched = start_scheduler(&t, 1, 1, &[("SYNKV_SECRET", SECRET)]).await;
         let secret = synkv::ps::Secret::new(SECRET).unwrap();
         let mut conn = t.connect(&sched.config.root_addr()).await.unwrap();
-        auth::connect(&mut conn, Some(&secret), Role::Worker, std::time::Duration::from_secs(5)).await.unwrap();
+        let me = auth::Identity::new(Role::Worker, synkv::ps::NodeId::NONE);
+        auth::connect(&mut conn, Some(&secret), me, Role::Scheduler, std::time::Duration::from_secs(5)).await.unwrap();
         conn.write_message(&Message::register(Node::unassigned(Role::Server, "127.0.0.1", 9, None))).await.unwrap();
         let reply = conn.read_message().await.unwrap().unwrap();
         assert_eq!(reply.command, Command::Error);

@@ -24,7 +24,7 @@ async fn a_silent_node_is_declared_dead_after_the_heartbeat_timeout() {
         });
         // A worker that registers, gets its rank, then never speaks again (but stays connected).
         let mut hung = t.connect(&sched.config.root_addr()).await.unwrap();
-        auth::connect(&mut hung, None, Role::Worker, TIMEOUT).await.unwrap();
+        auth::connect(&mut hung, None, auth::Identity::new(Role::Worker, NodeId::NONE), Role::Scheduler, TIMEOUT).await.unwrap();
         hung.write_message(&Message::register(Node::unassigned(Role::Worker, "127.0.0.1", 7777, Some(1)))).await.unwrap();
         assert_eq!(hung.read_message().await.unwrap().unwrap().command, Command::NodeList);
         let formed = Instant::now();
@@ -58,7 +58,7 @@ async fn a_silent_scheduler_is_declared_dead_by_its_nodes() {
         // A fake scheduler: handshake, node list, then silence (connection kept open).
         let fake = tokio::spawn(async move {
             let (mut conn, _) = listener.accept().await.unwrap();
-            auth::accept(&mut conn, None, TIMEOUT).await.unwrap();
+            auth::accept(&mut conn, None, auth::Identity::new(Role::Scheduler, NodeId::SCHEDULER), TIMEOUT).await.unwrap();
             let reg = conn.read_message().await.unwrap().unwrap();
             let mut me = reg.single_node().unwrap().clone();
             me.rank = Some(0);

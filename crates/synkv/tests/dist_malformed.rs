@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use dist_util::{bounded, join_all, start_scheduler};
 use synkv::ps::proto::{check, parse, Command, Header, Limits, Message};
-use synkv::ps::{Error, Group, Node, Role, TcpTransport, Transport};
+use synkv::ps::{auth, Error, Group, Node, NodeId, Role, TcpTransport, Transport};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -53,8 +53,8 @@ async fn garbage_oversized_and_out_of_order_frames_close_only_their_connection()
         let mut s = TcpStream::connect(&addr).await.unwrap();
         s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
         let got = frames_until_close(&mut s).await;
-        assert_eq!(commands(&got), vec![Command::AuthOk, Command::Error]);
-        assert!(got[1].meta.text.contains("bad magic"), "{}", got[1].meta.text);
+        assert_eq!(commands(&got), vec![Command::Error]);
+        assert!(got[0].meta.text.contains("bad magic"), "{}", got[0].meta.text);
 
         // 2. A valid header announcing a body far above the limit: refused from the header alone.
         let mut s = TcpStream::connect(&addr).await.unwrap();
@@ -63,25 +63,29 @@ async fn garbage_oversized_and_out_of_order_frames_close_only_their_connection()
         Header { body_len: 1 << 40, ..Header::decode(&hb, &Limits::default()).unwrap() }.encode_into(&mut header);
         s.write_all(&header).await.unwrap();
         let got = frames_until_close(&mut s).await;
-        assert_eq!(commands(&got), vec![Command::AuthOk, Command::Error]);
-        assert!(got[1].meta.text.contains("body length"), "{}", got[1].meta.text);
+        assert_eq!(commands(&got), vec![Command::Error]);
+        assert!(got[0].meta.text.contains("body length"), "{}", got[0].meta.text);
 
         // 3. A well-formed frame that is not a Register.
         let mut c = t.connect(&addr).await.unwrap();
-        assert_eq!(c.read_message().await.unwrap().unwrap().command, Command::AuthOk);
+        auth::connect(&mut c, None, auth::Identity::new(Role::Worker, NodeId::NONE), Role::Scheduler, Duration::from_secs(5))
+            .await
+            .unwrap();
         c.write_message(&Message::new(Command::Heartbeat)).await.unwrap();
         assert_eq!(c.read_message().await.unwrap().unwrap().command, Command::Error);
         assert!(c.read_message().await.unwrap().is_none());
 
         // 4. A Register carrying no node.
         let mut c = t.connect(&addr).await.unwrap();
-        c.read_message().await.unwrap();
+        auth::connect(&mut c, None, auth::Identity::new(Role::Worker, NodeId::NONE), Role::Scheduler, Duration::from_secs(5))
+            .await
+            .unwrap();
         c.write_message(&Message::new(Command::Register)).await.unwrap();
         assert_eq!(c.read_message().await.unwrap().unwrap().command, Command::Error);
         assert!(c.read_message().await.unwrap().is_none());
 
         // 5. A client that connects and says nothing is dropped after the handshake deadline
-        //    (the heartbeat timeout, 1 s here) while the cluster still forms.
+        //    (the heartbeat timeout, 1 s here) while the cluster still forms, without a word.
         let mut silent = TcpStream::connect(&addr).await.unwrap();
 
         // None of that counted: the real nodes form the cluster and finish cleanly.
@@ -90,7 +94,7 @@ async fn garbage_oversized_and_out_of_order_frames_close_only_their_connection()
         let (server, worker) = (it.next().unwrap(), it.next().unwrap());
         worker.barrier(Group::WORKERS).await.unwrap();
         let got = frames_until_close(&mut silent).await;
-        assert_eq!(commands(&got), vec![Command::AuthOk]);
+        assert_eq!(commands(&got), vec![]);
         let srv = tokio::spawn(async move { server.wait_shutdown().await });
         worker.finish().await.unwrap();
         srv.await.unwrap().unwrap();
@@ -111,6 +115,7 @@ async fn a_registered_node_sending_garbage_is_cut_off_and_reported() {
         // A hand-driven worker on a raw socket: register, read the node list, send garbage.
         let mut raw = TcpStream::connect(&sched.config.root_addr()).await.unwrap();
         let mut buf = BytesMut::new();
+        raw.write_all(&Message::hello(Role::Worker, &[]).encode_to_bytes(&Limits::default()).unwrap()).await.unwrap();
         assert_eq!(next_frame(&mut raw, &mut buf).await.command, Command::AuthOk);
         let register = Message::register(Node::unassigned(Role::Worker, "127.0.0.1", 4242, None));
         raw.write_all(&register.encode_to_bytes(&Limits::default()).unwrap()).await.unwrap();

@@ -183,7 +183,24 @@ pub(crate) fn run(args: &LaunchArgs) -> ExitCode {
     }
 }
 
+/// Every job is authenticated by default: without `SYNKV_SECRET` in the launcher's environment
+/// (and without `SYNKV_INSECURE=1`), a fresh random 256-bit secret is put there, for this job's
+/// processes only: the local children inherit it, `mpirun -x SYNKV_SECRET` and `srun` pass it
+/// by name, ssh sends it on the remote shell's standard input. It never appears on a command
+/// line or in a log.
+pub(crate) fn ensure_job_secret() -> Result<()> {
+    let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+    if set("SYNKV_SECRET") || std::env::var_os("SYNKV_INSECURE").is_some_and(|v| v == "1") {
+        return Ok(());
+    }
+    let secret = synkv::ps::Secret::generate().context("generating the job's secret")?;
+    // The launcher has started no thread yet (it is called before any child or runtime).
+    std::env::set_var("SYNKV_SECRET", secret);
+    Ok(())
+}
+
 fn launch(args: &LaunchArgs) -> Result<u8> {
+    ensure_job_secret()?;
     match args.launcher {
         LauncherKind::Mpi | LauncherKind::Slurm => return engines::run(args),
         LauncherKind::Local | LauncherKind::Ssh if !args.launcher_args.is_empty() => {
@@ -247,6 +264,7 @@ fn check_counts(spec: &JobSpec) -> Result<()> {
 /// and returns the job's exit status (see the module docs).
 pub(crate) fn run_job(spec: &JobSpec) -> Result<u8> {
     check_counts(spec)?;
+    ensure_job_secret()?;
     Ok(run_plan(local_plan(spec)?, spec))
 }
 

@@ -28,6 +28,7 @@ pub(crate) fn run(args: &DistArgs) -> Result<()> {
         "errors" => errors(&kv)?,
         "until-failure" => until_failure(&kv, args)?,
         "rounds" => rounds(&kv, args)?,
+        "rounds-until" => rounds_until(&kv, args)?,
         "t25" => super::sparse::t25(&kv, args)?,
         "t26" => super::sparse::t26(&kv)?,
         "t27" => super::sparse::t27(&kv, args)?,
@@ -314,6 +315,37 @@ fn rounds(kv: &KVStore, args: &DistArgs) -> Result<()> {
             println!("selftest rounds: running");
         }
     }
+    Ok(())
+}
+
+/// Like `rounds`, but until the file `--until-file` exists (or `max_secs` pass): after every
+/// 20 rounds the workers sum whether each saw the file, so all stop after the same round.
+/// Every round's value is checked exactly.
+fn rounds_until(kv: &KVStore, args: &DistArgs) -> Result<()> {
+    let shape = [16usize, 16];
+    let (rank, n) = (kv.rank(), kv.num_workers());
+    kv.init("r", &full(&shape, 0.0, DType::F32))?;
+    kv.init("stop", &full(&[1], 0.0, DType::F32))?;
+    let deadline = Instant::now() + Duration::from_secs_f64(args.max_secs);
+    let mut done = 0u64;
+    loop {
+        for _ in 0..20 {
+            let v = full(&shape, (rank + 1) as f64, DType::F32);
+            kv.pushpull_in_place("r", &v)?;
+            expect_all(&format!("round {done}"), &v, (n * (n + 1) / 2) as f64, 0.0)?;
+            if done == 0 {
+                println!("selftest rounds-until: running");
+            }
+            done += 1;
+        }
+        let seen = args.until_file.as_ref().is_some_and(|f| f.exists()) || Instant::now() > deadline;
+        let stop = full(&[1], if seen { 1.0 } else { 0.0 }, DType::F32);
+        kv.pushpull_in_place("stop", &stop)?;
+        if stop.to_vec::<f32>()?.first().is_some_and(|&seen_by| seen_by > 0.0) {
+            break;
+        }
+    }
+    println!("selftest rounds-until: {done} rounds, every value exact");
     Ok(())
 }
 

@@ -46,8 +46,11 @@ pub struct Config {
     pub task_id: Option<u32>,
     /// `MXNET_KVSTORE_BIGARRAY_BOUND`: element count from which a key is split across servers.
     pub bigarray_bound: u64,
-    /// `SYNKV_SECRET`: shared secret for authentication; `None` = no authentication.
+    /// `SYNKV_SECRET`: shared secret for authentication; `None` = no authentication (allowed
+    /// only on loopback addresses, or with `SYNKV_INSECURE=1`: see [`Config::check_listen`]).
     pub secret: Option<Secret>,
+    /// `SYNKV_INSECURE=1`: listen on network addresses without a secret (warned about).
+    pub insecure: bool,
     /// `SYNKV_HEARTBEAT_INTERVAL_MS`.
     pub heartbeat_interval: Duration,
     /// `SYNKV_HEARTBEAT_TIMEOUT_MS`: silence after which a node is declared dead.
@@ -184,6 +187,7 @@ impl Config {
                 Some(Secret::new(s).ok_or_else(|| err("SYNKV_SECRET", "is set but empty", "a non-empty shared secret (or unset it)"))?)
             }
         };
+        let insecure = number::<u32>(get, "SYNKV_INSECURE", Some(0), (0, 1), "0 or 1")?.unwrap_or(0) == 1;
         let heartbeat_interval = millis(get, "SYNKV_HEARTBEAT_INTERVAL_MS", 1_000, "milliseconds in 1..=86400000")?;
         let heartbeat_timeout = millis(get, "SYNKV_HEARTBEAT_TIMEOUT_MS", 10_000, "milliseconds in 1..=86400000")?;
         if heartbeat_timeout <= heartbeat_interval {
@@ -261,6 +265,7 @@ impl Config {
             task_id,
             bigarray_bound,
             secret,
+            insecure,
             heartbeat_interval,
             heartbeat_timeout,
             timeout,
@@ -336,6 +341,38 @@ impl Config {
     /// the server reads no more of that worker's requests until it has read its answers.
     pub fn outbox_bytes(&self) -> u64 {
         8 * self.partition_bytes
+    }
+
+    /// Whether this node may listen on `host`: without a secret only on a loopback address,
+    /// unless `SYNKV_INSECURE=1` (then with a warning). Warns about a secret short enough to
+    /// be guessed offline from a recorded handshake.
+    pub fn check_listen(&self, host: &str) -> std::result::Result<(), ConfigError> {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let loopback = host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        match (&self.secret, loopback, self.insecure) {
+            (Some(secret), _, _) => {
+                if secret.is_weak() {
+                    tracing::warn!(
+                        "SYNKV_SECRET is shorter than {} characters: anyone who records a handshake can try to guess it offline; use a random one (synkv launch generates 64 hex digits)",
+                        super::auth::WEAK_SECRET_LEN
+                    );
+                }
+                Ok(())
+            }
+            (None, true, _) => Ok(()),
+            (None, false, true) => {
+                tracing::warn!(
+                    "SYNKV_INSECURE=1: the {} listens on {host} without authentication; anyone who can reach it can read and overwrite every value",
+                    self.role
+                );
+                Ok(())
+            }
+            (None, false, false) => Err(err(
+                "SYNKV_SECRET",
+                format!("is not set, and this {} would listen on {host}, which other machines can reach", self.role),
+                "the same secret on every node of the job (synkv launch generates one), or SYNKV_INSECURE=1 to run without authentication on a trusted network",
+            )),
+        }
     }
 
     /// The scheduler's `host:port`.

@@ -111,8 +111,8 @@ pub enum AuthError {
         /// The peer.
         peer: String,
     },
-    /// The peer's response did not prove it holds our secret.
-    #[error("{peer} failed the challenge (wrong or missing SYNKV_SECRET)")]
+    /// The peer's handshake did not prove it holds our secret.
+    #[error("{peer} failed the handshake (wrong or missing SYNKV_SECRET)")]
     Refused {
         /// The peer.
         peer: String,
@@ -130,6 +130,21 @@ pub enum AuthError {
         peer: String,
         /// What happened.
         detail: String,
+    },
+    /// A frame after the handshake failed its integrity check (changed, replayed, reordered
+    /// or forged on the way); the connection is closed.
+    #[error("a frame from {peer} failed its integrity check (changed on the way, replayed or forged); closing the connection")]
+    Integrity {
+        /// The peer.
+        peer: String,
+    },
+    /// The peer claims an identity its connection may not speak for.
+    #[error("{peer} claims {claim}, which its connection may not speak for")]
+    Identity {
+        /// The peer.
+        peer: String,
+        /// What it claimed and why that is refused.
+        claim: String,
     },
 }
 

@@ -86,11 +86,25 @@ impl Cluster {
         let scheduler = config.scheduler_node();
         let me = Node::unassigned(config.role, config.node_host.clone(), port, config.task_id);
         let connected = async {
-            let mut conn = connect_with_retry(transport, &root, deadline, config).await?;
-            conn.set_limits(conn.limits().capped(Limits::CONTROL_FRAME_BYTES));
-            auth::connect(&mut conn, config.secret.as_ref(), config.role, config.timeout).await?;
-            conn.write_message(&Message::register(me.clone())).await?;
-            Ok::<_, Error>(conn)
+            let mut backoff = std::time::Duration::from_millis(20);
+            loop {
+                let mut conn = connect_with_retry(transport, &root, deadline, config).await?;
+                conn.set_limits(conn.limits().capped(Limits::CONTROL_FRAME_BYTES));
+                let who = auth::Identity::new(config.role, crate::ps::node::NodeId::NONE);
+                match auth::connect(&mut conn, config.secret.as_ref(), who, Role::Scheduler, config.timeout).await {
+                    Ok(()) => {}
+                    // The scheduler may be busy with other connections' handshakes.
+                    Err(e) if auth::retryable(&e) && Instant::now() + backoff < deadline => {
+                        tracing::debug!("handshake with the scheduler at {root} failed, trying again: {e}");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+                conn.write_message(&Message::register(me.clone())).await?;
+                break Ok::<_, Error>(conn);
+            }
         };
         let conn = tokio::select! {
             c = connected => c?,

@@ -11,8 +11,8 @@ use super::message::{Chunk, DTypeCode, Message};
 use super::{DecodeError, ErrorCode};
 use crate::ps::node::{Group, Node, NodeId, Role};
 
-/// Length of authentication nonces and MACs.
-pub(crate) const TOKEN_LEN: usize = 32;
+/// Longest handshake message a `Hello` or `Welcome` may carry.
+pub(crate) const HANDSHAKE_LEN_MAX: usize = 1024;
 
 impl Message {
     /// `Register`: `node` (unassigned) asks to join.
@@ -99,18 +99,20 @@ impl Message {
         m
     }
 
-    /// `Challenge` carrying a random nonce.
-    pub fn challenge(nonce: [u8; TOKEN_LEN]) -> Message {
-        let mut m = Message::new(Command::Challenge);
-        m.chunks.push(Chunk::bytes(Bytes::copy_from_slice(&nonce)));
+    /// `Hello` from a node of `role`, carrying the first handshake message (empty: no secret).
+    pub fn hello(role: Role, handshake: &[u8]) -> Message {
+        let mut m = Message::new(Command::Hello);
+        m.meta.head = role.code().into();
+        if !handshake.is_empty() {
+            m.chunks.push(Chunk::bytes(Bytes::copy_from_slice(handshake)));
+        }
         m
     }
 
-    /// `ChallengeResponse` from a node of `role` carrying `mac`.
-    pub fn challenge_response(role: Role, mac: [u8; TOKEN_LEN]) -> Message {
-        let mut m = Message::new(Command::ChallengeResponse);
-        m.meta.head = role.code().into();
-        m.chunks.push(Chunk::bytes(Bytes::copy_from_slice(&mac)));
+    /// `Welcome` carrying the second handshake message.
+    pub fn welcome(handshake: &[u8]) -> Message {
+        let mut m = Message::new(Command::Welcome);
+        m.chunks.push(Chunk::bytes(Bytes::copy_from_slice(handshake)));
         m
     }
 
@@ -138,21 +140,19 @@ impl Message {
             .map_err(|bits| DecodeError::InvalidField { field: "barrier group", value: u64::from(bits.unsigned_abs()) })
     }
 
-    /// The role code in `head` (a `ChallengeResponse`).
+    /// The role code in `head` (a `Hello`).
     pub fn head_role(&self) -> Result<Role, DecodeError> {
         let code = u8::try_from(self.meta.head).map_err(|_| DecodeError::UnknownRole(u8::MAX))?;
         Role::try_from(code).map_err(|_| DecodeError::UnknownRole(code))
     }
 
-    /// The 32-byte token in the only chunk (a `Challenge` or `ChallengeResponse`).
-    pub fn token(&self) -> Result<[u8; TOKEN_LEN], DecodeError> {
+    /// The handshake message in the only chunk of a `Hello` or `Welcome` (`None`: no chunk, a
+    /// `Hello` without a secret).
+    pub fn handshake(&self) -> Result<Option<&[u8]>, DecodeError> {
         match self.chunks.as_slice() {
-            [Chunk { dtype: DTypeCode::U8, data }] if data.len() == TOKEN_LEN => {
-                let mut out = [0u8; TOKEN_LEN];
-                out.copy_from_slice(data);
-                Ok(out)
-            }
-            _ => Err(DecodeError::InvalidField { field: "authentication token (expected one 32-byte chunk)", value: 0 }),
+            [] => Ok(None),
+            [Chunk { dtype: DTypeCode::U8, data }] if data.len() <= HANDSHAKE_LEN_MAX => Ok(Some(data)),
+            _ => Err(DecodeError::InvalidField { field: "handshake message (expected one chunk of at most 1 KiB)", value: 0 }),
         }
     }
 

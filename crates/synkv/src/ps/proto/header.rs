@@ -9,7 +9,7 @@ use crate::ps::node::NodeId;
 /// The four bytes every frame starts with.
 pub const MAGIC: [u8; 4] = *b"SKV1";
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 /// Size of the fixed header in bytes.
 pub const HEADER_LEN: usize = 40;
 /// [`HEADER_LEN`] as a `u64`, for length arithmetic.
@@ -35,11 +35,14 @@ pub enum Command {
     NodeDead,
     /// Worker → scheduler: I am done. Scheduler → node: exit now.
     Shutdown,
-    /// Acceptor → connector: prove you hold the shared secret.
-    Challenge,
-    /// Connector → acceptor: the HMAC of the challenge.
-    ChallengeResponse,
-    /// Acceptor → connector: authenticated (or no authentication configured).
+    /// Connector → acceptor, first frame of a connection: who I am (role in `head`) and, with
+    /// a secret, the first Noise handshake message (chunk 0).
+    Hello,
+    /// Acceptor → connector: the second Noise handshake message (chunk 0), proving the
+    /// acceptor holds the secret too.
+    Welcome,
+    /// Acceptor → connector: no authentication configured. Connector → acceptor: the first
+    /// sealed frame, confirming the handshake.
     AuthOk,
     /// Any direction: a request failed; text says why.
     Error,
@@ -87,8 +90,8 @@ impl Command {
         Command::HeartbeatAck,
         Command::NodeDead,
         Command::Shutdown,
-        Command::Challenge,
-        Command::ChallengeResponse,
+        Command::Hello,
+        Command::Welcome,
         Command::AuthOk,
         Command::Error,
         Command::Push,
@@ -117,8 +120,8 @@ impl Command {
             Command::HeartbeatAck => 6,
             Command::NodeDead => 7,
             Command::Shutdown => 8,
-            Command::Challenge => 9,
-            Command::ChallengeResponse => 10,
+            Command::Hello => 9,
+            Command::Welcome => 10,
             Command::AuthOk => 11,
             Command::Error => 12,
             Command::Push => 16,

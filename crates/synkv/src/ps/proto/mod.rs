@@ -25,7 +25,7 @@
 //! | offset | field        | type    | allowed range                                          |
 //! |-------:|--------------|---------|--------------------------------------------------------|
 //! | 0      | magic        | [u8; 4] | `b"SKV1"`                                              |
-//! | 4      | version      | u16     | [`PROTOCOL_VERSION`] (3)                               |
+//! | 4      | version      | u16     | [`PROTOCOL_VERSION`] (4)                               |
 //! | 6      | command      | u16     | a [`Command`] code (table below)                       |
 //! | 8      | flags        | u16     | known [`Flags`] bits only (`0x00FF`)                   |
 //! | 10     | partition    | u16     | 0 = none; p + 1 = the server partition p it is about   |
@@ -68,9 +68,9 @@
 //! | 6    | `HeartbeatAck`     | scheduler → node     | —                                                        |
 //! | 7    | `NodeDead`         | scheduler → node     | nodes = [dead node]; text = reason                       |
 //! | 8    | `Shutdown`         | both                 | worker → scheduler: done; scheduler → node: exit now     |
-//! | 9    | `Challenge`        | acceptor → connector | chunk 0 = 32 random bytes (u8)                           |
-//! | 10   | `ChallengeResponse`| connector → acceptor | head = role code; chunk 0 = HMAC-SHA256 (32 bytes)       |
-//! | 11   | `AuthOk`           | acceptor → connector | — (also sent first when no secret is configured)         |
+//! | 9    | `Hello`            | connector → acceptor | head = role code; chunk 0 = Noise message 1 (u8; none without a secret) |
+//! | 10   | `Welcome`          | acceptor → connector | chunk 0 = Noise message 2 (u8)                           |
+//! | 11   | `AuthOk`           | acceptor → connector | — (no secret configured); connector → acceptor: first sealed frame |
 //! | 12   | `Error`            | any                  | text = message; head = [`ErrorCode`]; request id of the failed request; keys = the key part it is about (optional) |
 //! | 16   | `Push`             | worker → server      | keys, key lengths, chunks (values); flags                |
 //! | 17   | `Pull`             | worker → server      | keys                                                     |

@@ -72,11 +72,12 @@ fn control_accessors_validate_shape() {
     let mut m = Message::new(Command::Barrier);
     m.meta.head = 9;
     assert!(m.group().is_err());
-    assert!(Message::new(Command::Challenge).token().is_err());
-    let m = Message::challenge([7; 32]);
-    assert_eq!(m.token(), Ok([7; 32]));
-    let m = Message::challenge_response(Role::Server, [1; 32]);
+    assert_eq!(Message::new(Command::Hello).handshake(), Ok(None));
+    let m = Message::hello(Role::Server, &[7; 48]);
+    assert_eq!(m.handshake(), Ok(Some(&[7u8; 48][..])));
     assert_eq!(m.head_role(), Ok(Role::Server));
+    assert_eq!(Message::hello(Role::Worker, &[]).handshake(), Ok(None));
+    assert!(Message::welcome(&[1; 2000]).handshake().is_err(), "over 1 KiB");
 }
 
 #[test]

@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 use super::core::{ConnId, Event};
 use crate::ps::node::Role;
 use crate::ps::proto::{Command, Limits, Message};
-use crate::ps::transport::{drain, Connection, Drained, Outbox};
+use crate::ps::transport::{drain, Connection, Drained, Outbox, Pending};
 use crate::ps::{auth, Config, Error, Result};
 
 /// Messages queued for one peer before it counts as unresponsive.
@@ -33,15 +33,19 @@ pub(super) struct ConnTask {
 }
 
 impl ConnTask {
-    pub(super) async fn run(mut self) {
+    /// Runs the connection; `pending` is its place until it authenticated and registered
+    /// (within the place's deadline), then traded for an established one.
+    pub(super) async fn run(mut self, pending: Pending) {
         let peer = self.conn.peer().to_owned();
         // Only control messages travel to the scheduler.
         let control = self.conn.limits().capped(Limits::CONTROL_FRAME_BYTES);
         self.conn.set_limits(control);
-        let handshake = self.config.heartbeat_timeout;
+        let deadline = pending.deadline();
         let token = self.token.clone();
         let register = tokio::select! {
-            r = self.authenticate_and_register(handshake) => r,
+            r = tokio::time::timeout(deadline, self.authenticate_and_register(deadline)) => {
+                r.unwrap_or_else(|_| Err(Error::timeout(format!("{peer} to authenticate and register"), deadline)))
+            }
             () = token.cancelled() => return,
         };
         let node = match register {
@@ -50,6 +54,12 @@ impl ConnTask {
                 tracing::warn!("closing connection from {peer}: {e}");
                 return;
             }
+        };
+        let Some(_place) = pending.establish() else {
+            let text = "the scheduler holds as many connections as the cluster has nodes (and a slack): refusing another";
+            let _ = tokio::time::timeout(deadline, self.conn.write_message(&Message::error(0, text))).await;
+            tracing::warn!("closing connection from {peer}: {text}");
+            return;
         };
         let ConnTask { id, mut conn, config, events, token, tracker } = self;
         conn.set_peer(node.to_string());
@@ -92,7 +102,8 @@ impl ConnTask {
 
     /// Authentication handshake, then the first message, which must be a valid `Register`.
     async fn authenticate_and_register(&mut self, within: Duration) -> Result<crate::ps::Node> {
-        let proven = auth::accept(&mut self.conn, self.config.secret.as_ref(), within).await?;
+        let me = auth::Identity::new(Role::Scheduler, crate::ps::node::NodeId::SCHEDULER);
+        let proven = auth::accept(&mut self.conn, self.config.secret.as_ref(), me, within).await?.map(|who| who.role);
         let first = tokio::time::timeout(within, self.conn.read_message())
             .await
             .map_err(|_| Error::timeout(format!("Register from {}", self.conn.peer()), within))?;

@@ -23,17 +23,16 @@ mod core;
 pub(crate) use self::core::REJOIN;
 mod ranks;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use self::conn::ConnTask;
 use self::core::{Core, Outcome};
-use super::transport::{accept_loop, Listener, Transport};
+use super::transport::{accept_loop, Gate, Listener, Transport, HANDSHAKE_DEADLINE};
 use super::{Config, Error, Result};
 
 /// Connections allowed in the handshake at once beyond the expected node count.
@@ -53,6 +52,7 @@ impl Scheduler {
 
     /// Binds `DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT` on `transport`, then [`run`](Scheduler::run)s.
     pub async fn serve<T: Transport>(self, transport: &T, shutdown: CancellationToken) -> Result<()> {
+        self.config.check_listen(&self.config.root_uri)?;
         let listener = transport.bind(&self.config.root_addr()).await?;
         self.run(listener, shutdown).await
     }
@@ -71,7 +71,8 @@ impl Scheduler {
         let _guards = (accept_stop.clone().drop_guard(), conns.clone().drop_guard());
         let tracker = TaskTracker::new();
         let (events_tx, mut events) = mpsc::channel(1024);
-        let permits = Arc::new(Semaphore::new(usize::try_from(config.num_nodes() + CONNECTION_SLACK).unwrap_or(usize::MAX)));
+        let established = usize::try_from(config.num_nodes() + CONNECTION_SLACK).unwrap_or(usize::MAX);
+        let gate = Gate::new(established, HANDSHAKE_DEADLINE.min(config.heartbeat_timeout));
         tracing::info!(
             "scheduler at {} waiting for {} servers and {} workers",
             listener.local_addr().unwrap_or_default(),
@@ -80,7 +81,7 @@ impl Scheduler {
         );
 
         let (conn_token, conn_tracker, accept_config) = (conns.clone(), tracker.clone(), config.clone());
-        tracker.spawn(accept_loop(listener, permits, accept_stop.clone(), move |id, conn, _peer, permit| {
+        tracker.spawn(accept_loop(listener, gate, accept_stop.clone(), move |id, conn, _peer, pending| {
             let task = ConnTask {
                 id,
                 conn,
@@ -89,10 +90,7 @@ impl Scheduler {
                 token: conn_token.child_token(),
                 tracker: conn_tracker.clone(),
             };
-            conn_tracker.spawn(async move {
-                task.run().await;
-                drop(permit);
-            });
+            conn_tracker.spawn(task.run(pending));
         }));
 
         let mut core = Core::new(config.clone(), Instant::now());

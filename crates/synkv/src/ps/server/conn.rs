@@ -24,14 +24,17 @@ use tokio_util::task::TaskTracker;
 
 use super::core::Event;
 use super::error::ServerError;
-use crate::ps::node::{Rank, Role};
+use crate::ps::auth::Identity;
+use crate::ps::node::{NodeId, Rank, Role};
 use crate::ps::proto::{Command, ErrorCode, Message};
-use crate::ps::transport::{drain, Connection, Drained, Ingress, Outbox};
+use crate::ps::transport::{drain, Connection, Drained, Ingress, Outbox, Pending};
 use crate::ps::{auth, Config, Error};
 
 /// Everything a connection task needs.
 pub(super) struct ConnTask {
     pub(super) id: u64,
+    /// This server's node id (told to each connector at the handshake).
+    pub(super) me: NodeId,
     pub(super) conn: Connection,
     pub(super) config: Config,
     pub(super) events: mpsc::Sender<Event>,
@@ -41,16 +44,21 @@ pub(super) struct ConnTask {
 }
 
 impl ConnTask {
-    pub(super) async fn run(mut self) {
+    /// Runs the connection; `pending` is its place until the handshake succeeded (within the
+    /// place's deadline), then traded for an established one.
+    pub(super) async fn run(mut self, pending: Pending) {
         let peer = self.conn.peer().to_owned();
-        let handshake = self.config.heartbeat_timeout;
+        let handshake = pending.deadline();
         let proven = tokio::select! {
-            r = auth::accept(&mut self.conn, self.config.secret.as_ref(), handshake) => r,
+            r = tokio::time::timeout(handshake, auth::accept(&mut self.conn, self.config.secret.as_ref(), auth::Identity::new(Role::Server, self.me), handshake)) => {
+                r.unwrap_or_else(|_| Err(Error::timeout(format!("{peer} to authenticate"), handshake)))
+            }
             () = self.token.cancelled() => return,
         };
         let authed = match proven {
-            Ok(role @ (None | Some(Role::Worker | Role::Server))) => role,
-            Ok(Some(role)) => {
+            Ok(who) if who.is_none_or(|w| matches!(w.role, Role::Worker | Role::Server)) => who,
+            Ok(who) => {
+                let role = who.map_or(Role::Scheduler, |w| w.role);
                 let text = format!("a {role} cannot send data requests to a server");
                 let _ = tokio::time::timeout(handshake, self.conn.write_message(&Message::error(0, text))).await;
                 tracing::warn!("closing connection from {peer}: authenticated as {role}, not a worker");
@@ -61,7 +69,13 @@ impl ConnTask {
                 return;
             }
         };
-        let ConnTask { id, conn, config, events, token, tracker, ingress } = self;
+        let Some(_place) = pending.establish() else {
+            let text = "the server holds as many connections as the cluster has nodes (and a slack): refusing another";
+            let _ = tokio::time::timeout(handshake, self.conn.write_message(&Message::error(0, text))).await;
+            tracing::warn!("closing connection from {peer}: {text}");
+            return;
+        };
+        let ConnTask { id, conn, config, events, token, tracker, ingress, .. } = self;
         let (mut reader, mut writer) = conn.into_split();
         writer.set_stall_timeout(Some(config.timeout));
         reader.set_stall_timeout(Some(config.timeout));
@@ -146,8 +160,9 @@ impl ConnTask {
 }
 
 /// The node a message comes from: a worker, or a server (a replication link); the same for
-/// the whole connection, and of the role the connection authenticated as.
-fn sender_of(msg: &Message, config: &Config, seen: Option<(Role, Rank)>, authed: Option<Role>) -> Result<(Role, Rank), String> {
+/// the whole connection, and the identity the connection authenticated as (its role, and its
+/// node id once it had one).
+fn sender_of(msg: &Message, config: &Config, seen: Option<(Role, Rank)>, authed: Option<Identity>) -> Result<(Role, Rank), String> {
     let sender = msg.sender.role_rank();
     match (sender, seen) {
         (Some(s), Some(prev)) if s == prev => return Ok(s),
@@ -165,7 +180,10 @@ fn sender_of(msg: &Message, config: &Config, seen: Option<(Role, Rank)>, authed:
         }
     };
     match authed {
-        Some(a) if a != role => Err(format!("a connection authenticated as a {a} sends as {role} rank {rank}")),
+        Some(a) if a.role != role => Err(format!("a connection authenticated as a {} sends as {role} rank {rank}", a.role)),
+        Some(a) if a.id != NodeId::NONE && a.id != msg.sender => {
+            Err(format!("a connection authenticated as {a} sends as {role} rank {rank}; one connection cannot speak for another node"))
+        }
         _ => Ok((role, rank)),
     }
 }

@@ -24,18 +24,18 @@ use crate::ps::proto::{Command, Message};
 use crate::ps::transport::{drain, Drained, Outbox, Transport};
 use crate::ps::{auth, Config, Result};
 
-/// Connects to `backup` for `partition` and starts the link's tasks (stopped by `stop`).
+/// Connects (as server `me`) to `backup` for `partition` and starts the link's tasks (stopped by `stop`).
 /// Returns the outbox to send `Replicate` messages on.
 pub(super) async fn connect<T: Transport>(
     transport: &T,
     config: &Config,
-    backup: &Node,
+    (me, backup): (crate::ps::node::NodeId, &Node),
     partition: u32,
     reports: Reports,
     stop: CancellationToken,
     tracker: &TaskTracker,
 ) -> Result<Outbox> {
-    let conn = auth::dial(transport, backup, config, Role::Server, "the replication link to").await?;
+    let conn = auth::dial(transport, backup, config, auth::Identity::new(Role::Server, me), "the replication link to").await?;
     let (mut reader, mut writer) = conn.into_split();
     writer.set_stall_timeout(Some(config.timeout));
     let (outbox, rx) = Outbox::unbounded();

@@ -53,10 +53,9 @@ mod tests;
 mod value;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -66,7 +65,7 @@ use super::checkpoint;
 use super::node::Role;
 use super::proto::Message;
 use super::topology::Topology;
-use super::transport::{accept_loop, Ingress, Listener, Transport};
+use super::transport::{accept_loop, Gate, Ingress, Listener, Transport, HANDSHAKE_DEADLINE};
 use super::{Cluster, Config, Error, Result};
 
 /// Connections allowed at once beyond one per worker.
@@ -174,6 +173,7 @@ impl Server {
         let host = &self.config.node_host;
         let port = self.config.port.unwrap_or(0);
         let addr = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+        self.config.check_listen(host)?;
         let listener = transport.bind(&addr).await?;
         self.run(transport, listener, shutdown).await
     }
@@ -219,12 +219,15 @@ impl Server {
         let conns = CancellationToken::new();
         let _guards = (accept_stop.clone().drop_guard(), conns.clone().drop_guard());
         let tracker = TaskTracker::new();
-        let permits = Arc::new(Semaphore::new(usize::try_from(config.num_workers + CONNECTION_SLACK).unwrap_or(usize::MAX)));
+        let established = usize::try_from(config.num_workers + config.num_servers + CONNECTION_SLACK).unwrap_or(usize::MAX);
+        let gate = Gate::new(established, HANDSHAKE_DEADLINE.min(config.heartbeat_timeout));
         let ingress = Ingress::new(config.ingress_bytes());
         let (conn_token, conn_tracker, conn_config, conn_events) = (conns.clone(), tracker.clone(), config.clone(), events_tx.clone());
-        tracker.spawn(accept_loop(listener, permits, accept_stop.clone(), move |id, conn, _peer, permit| {
+        let me = cluster.me().id;
+        tracker.spawn(accept_loop(listener, gate, accept_stop.clone(), move |id, conn, _peer, pending| {
             let task = ConnTask {
                 id,
+                me,
                 conn,
                 config: conn_config.clone(),
                 events: conn_events.clone(),
@@ -232,10 +235,7 @@ impl Server {
                 tracker: conn_tracker.clone(),
                 ingress: ingress.clone(),
             };
-            conn_tracker.spawn(async move {
-                task.run().await;
-                drop(permit);
-            });
+            conn_tracker.spawn(task.run(pending));
         }));
         // The clock of straggler reports, and the workers that finished.
         let tick = (config.straggler_warn / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
@@ -409,7 +409,8 @@ impl<T: Transport> Links<'_, T> {
             let link = match node {
                 Some(node) => {
                     let reports = link::Reports { events: self.events.clone(), lost: self.lost.clone() };
-                    match link::connect(self.transport, self.config, &node, p, reports, self.stop.child_token(), self.tracker).await {
+                    let ends = (self.cluster.me().id, &node);
+                    match link::connect(self.transport, self.config, ends, p, reports, self.stop.child_token(), self.tracker).await {
                         Ok(outbox) => Some(outbox),
                         Err(e) => {
                             tracing::error!("partition {p} has no backup: linking to {node} failed: {e}");

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::reader::FrameReader;
+use super::seal::Seal;
 use super::writer::FrameWriter;
 use crate::ps::proto::{Limits, Message};
 use crate::ps::Result;
@@ -63,6 +64,13 @@ impl Connection {
     /// write may leave half a frame, so the connection must then be dropped.
     pub async fn write_message(&mut self, msg: &Message) -> Result<()> {
         self.writer.write_message(msg).await
+    }
+
+    /// Seals every later frame in both directions with `seal` (after a handshake).
+    pub fn set_seal(&mut self, seal: Seal) {
+        let seal = Arc::new(seal);
+        self.reader.set_seal(Arc::clone(&seal));
+        self.writer.set_seal(seal);
     }
 
     /// Splits into independently usable halves.

@@ -13,14 +13,20 @@
 //!   process-wide budget of received, unprocessed bytes that pushes back on senders.
 //! - `writer.rs` — [`FrameWriter`] (vectored, stall-bounded writes), [`Outbox`] (bounded in
 //!   messages and bytes) and [`drain`], the single loop writing an outbox to a connection.
-//! - `accept.rs` — [`accept_loop`], the single accept loop (a permit per connection).
+//! - `seal.rs` — [`Seal`]: after the handshake (`ps/auth.rs`), every frame carries a trailer
+//!   proving its integrity and its place in the stream.
+//! - `gate.rs` — [`Gate`]: bounds on connections pending their handshake (in total, per peer
+//!   address, in time) and on established ones.
+//! - `accept.rs` — [`accept_loop`], the single accept loop (a pending place per connection).
 //!
 //! Addresses are `host:port` strings throughout, as the `DMLC_*` variables give them.
 
 mod accept;
 mod connection;
+mod gate;
 mod mem;
 mod reader;
+mod seal;
 mod tcp;
 mod writer;
 
@@ -28,8 +34,10 @@ use std::future::Future;
 
 pub use accept::accept_loop;
 pub use connection::Connection;
+pub use gate::{Gate, Pending, HANDSHAKE_DEADLINE, PENDING_PER_PEER, PENDING_TOTAL};
 pub use mem::{MemListener, MemTransport};
 pub use reader::{Admission, FrameReader, Ingress};
+pub use seal::{Seal, TRAILER_LEN};
 pub use tcp::{TcpFrameListener, TcpTransport, DEFAULT_SOCKET_BUFFER};
 pub use writer::{drain, Drained, FrameWriter, Outbox, OutboxError, OutboxRx};
 

@@ -26,8 +26,9 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::seal::{FrameDigest, Seal, TRAILER_LEN};
 use crate::ps::proto::{check, parse, Header, Limits, Message, HEADER_LEN};
-use crate::ps::{Error, Result};
+use crate::ps::{AuthError, Error, Result};
 
 /// Bytes a read may take beyond the end of the current frame (the start of the next one).
 pub(crate) const LOOKAHEAD: usize = 8 * 1024;
@@ -138,6 +139,10 @@ pub struct FrameReader {
     admitted: Option<Admission>,
     /// Longest a peer may pause in the middle of a frame (`None`: unbounded).
     stall: Option<Duration>,
+    /// After the handshake: every frame is followed by a trailer that must open (`seal.rs`).
+    seal: Option<Arc<Seal>>,
+    /// The digest of the current frame's bytes received so far (sealed connections).
+    digest: FrameDigest,
 }
 
 impl fmt::Debug for FrameReader {
@@ -148,7 +153,30 @@ impl fmt::Debug for FrameReader {
 
 impl FrameReader {
     pub(super) fn new(io: Box<dyn AsyncRead + Send + Unpin>, peer: Arc<str>, limits: Limits) -> FrameReader {
-        FrameReader { io, buffer: BytesMut::with_capacity(LOOKAHEAD), limits, peer, admitted: None, stall: None }
+        FrameReader {
+            io,
+            buffer: BytesMut::with_capacity(LOOKAHEAD),
+            limits,
+            peer,
+            admitted: None,
+            stall: None,
+            seal: None,
+            digest: FrameDigest::default(),
+        }
+    }
+
+    /// From now on every frame must carry a trailer that `seal` opens.
+    pub(super) fn set_seal(&mut self, seal: Arc<Seal>) {
+        self.seal = Some(seal);
+    }
+
+    /// Bytes after each frame (a sealed connection's trailer).
+    fn trailer_len(&self) -> usize {
+        if self.seal.is_some() {
+            TRAILER_LEN
+        } else {
+            0
+        }
     }
 
     /// The peer's name.
@@ -203,7 +231,7 @@ impl FrameReader {
             if let Some(msg) = self.parse_buffered(ingress)? {
                 return Ok(Some((msg, self.admitted.take().unwrap_or_default())));
             }
-            let frame_len = self.frame_len()?;
+            let frame_len = self.frame_len()?.map(|len| len + self.trailer_len());
             if let (Some(ingress), Some(len), None) = (ingress, frame_len, &self.admitted) {
                 self.admitted = Some(ingress.admit(len).await?);
             }
@@ -244,11 +272,35 @@ impl FrameReader {
         len.map(Some).map_err(|e| Error::protocol(self.peer.to_string(), e))
     }
 
-    /// Takes one frame out of the buffer if a whole one is there.
+    /// Takes one frame out of the buffer if a whole one is there (with its trailer, which must
+    /// open, on a sealed connection).
     fn parse_buffered(&mut self, ingress: Option<&Ingress>) -> Result<Option<Message>> {
         let protocol = |e| Error::protocol(self.peer.to_string(), e);
-        let Some(len) = check(&self.buffer, &self.limits).map_err(protocol)? else { return Ok(None) };
-        let frame = self.buffer.split_to(len).freeze();
+        let len = match &self.seal {
+            None => match check(&self.buffer, &self.limits).map_err(protocol)? {
+                Some(len) => len,
+                None => return Ok(None),
+            },
+            Some(_) => {
+                let Some(len) = self.frame_len()? else { return Ok(None) };
+                // Hash what arrived of the frame while it is still in cache.
+                let arrived = len.min(self.buffer.len());
+                if arrived > self.digest.hashed {
+                    self.digest.update(&self.buffer[self.digest.hashed..arrived]);
+                }
+                if self.buffer.len() < len + TRAILER_LEN {
+                    return Ok(None);
+                }
+                let digest = self.digest.finish();
+                let opened = self.seal.as_ref().is_some_and(|seal| seal.open(&self.buffer[len..len + TRAILER_LEN], &digest));
+                if !opened {
+                    return Err(AuthError::Integrity { peer: self.peer.to_string() }.into());
+                }
+                len
+            }
+        };
+        let total = len + self.trailer_len();
+        let frame = self.buffer.split_to(total).freeze().slice(..len);
         if let Some(ingress) = ingress.filter(|_| len >= RECYCLE_MIN) {
             // Let go of the allocation's tail (copying the few bytes of the next frame read so
             // far), so the whole allocation can be reused once the caller drops the frame.

@@ -21,6 +21,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use super::seal::{FrameDigest, Seal};
 use crate::ps::proto::{EncodeError, Limits, Message};
 use crate::ps::{Error, Result};
 
@@ -28,6 +29,9 @@ use crate::ps::{Error, Result};
 const MAX_IOV: usize = 64;
 /// Source of chunk padding.
 static ZEROS: [u8; 8] = [0; 8];
+/// Sealed frames up to this size are hashed before the write, so the trailer travels in the
+/// same vectored write; larger ones are hashed as each write call sends them.
+const SEAL_AHEAD_MAX: usize = 256 << 10;
 
 /// The writing half of a [`Connection`](super::Connection).
 pub struct FrameWriter {
@@ -36,6 +40,8 @@ pub struct FrameWriter {
     peer: Arc<str>,
     /// Longest a single write may make no progress (`None`: unbounded).
     stall: Option<Duration>,
+    /// After the handshake: every frame is followed by its trailer (`seal.rs`).
+    seal: Option<Arc<Seal>>,
 }
 
 impl fmt::Debug for FrameWriter {
@@ -46,7 +52,12 @@ impl fmt::Debug for FrameWriter {
 
 impl FrameWriter {
     pub(super) fn new(io: Box<dyn AsyncWrite + Send + Unpin>, peer: Arc<str>, limits: Limits) -> FrameWriter {
-        FrameWriter { io, limits, peer, stall: None }
+        FrameWriter { io, limits, peer, stall: None, seal: None }
+    }
+
+    /// From now on every frame is followed by a trailer sealed with `seal`.
+    pub(super) fn set_seal(&mut self, seal: Arc<Seal>) {
+        self.seal = Some(seal);
     }
 
     /// The peer's name.
@@ -85,7 +96,11 @@ impl FrameWriter {
             }
         }
         let stall = self.stall;
-        let written = match write_all_vectored(&mut self.io, segments, stall).await {
+        let sent = match &self.seal {
+            None => write_all_vectored(&mut self.io, segments, stall, None).await,
+            Some(seal) => write_sealed(&mut self.io, segments, stall, seal).await,
+        };
+        let written = match sent {
             Ok(()) => match stall {
                 None => self.io.flush().await,
                 Some(t) => tokio::time::timeout(t, self.io.flush()).await.unwrap_or_else(|_| Err(no_progress())),
@@ -109,12 +124,32 @@ fn no_progress() -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::TimedOut, "no progress")
 }
 
+/// Writes a frame's segments and its trailer: small frames hashed first and written with the
+/// trailer in one go, large ones hashed as they are written.
+async fn write_sealed<W: AsyncWrite + Unpin + ?Sized>(
+    w: &mut W,
+    mut segments: Vec<Bytes>,
+    stall: Option<Duration>,
+    seal: &Seal,
+) -> std::io::Result<()> {
+    let mut digest = FrameDigest::default();
+    if segments.iter().map(Bytes::len).sum::<usize>() <= SEAL_AHEAD_MAX {
+        segments.iter().for_each(|s| digest.update(s));
+        segments.push(Bytes::copy_from_slice(&seal.seal(&digest.finish())?));
+        return write_all_vectored(w, segments, stall, None).await;
+    }
+    write_all_vectored(w, segments, stall, Some(&mut digest)).await?;
+    let trailer = Bytes::copy_from_slice(&seal.seal(&digest.finish())?);
+    write_all_vectored(w, vec![trailer], stall, None).await
+}
+
 /// Writes every segment, in order, with as few vectored writes as the stream allows; each
-/// write call bounded by `stall`.
+/// write call bounded by `stall`. With `digest`, the bytes each call wrote are hashed into it.
 async fn write_all_vectored<W: AsyncWrite + Unpin + ?Sized>(
     w: &mut W,
     mut segments: Vec<Bytes>,
     stall: Option<Duration>,
+    mut digest: Option<&mut FrameDigest>,
 ) -> std::io::Result<()> {
     let mut first = 0;
     while first < segments.len() {
@@ -131,6 +166,10 @@ async fn write_all_vectored<W: AsyncWrite + Unpin + ?Sized>(
         let mut left = written;
         while left > 0 && first < segments.len() {
             let seg = &mut segments[first];
+            let done = left.min(seg.len());
+            if let Some(d) = digest.as_deref_mut() {
+                d.update(&seg[..done]);
+            }
             if left >= seg.len() {
                 left -= seg.len();
                 first += 1;

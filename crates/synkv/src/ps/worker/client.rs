@@ -207,7 +207,7 @@ impl Client {
         let tracker = TaskTracker::new();
         let mut halves = Vec::with_capacity(servers.len());
         for node in &servers {
-            let conn = auth::dial(transport, node, config, Role::Worker, "a connection to").await?;
+            let conn = auth::dial(transport, node, config, auth::Identity::new(Role::Worker, me), "a connection to").await?;
             halves.push(conn.into_split());
         }
         let mut links = Vec::with_capacity(servers.len());

@@ -109,6 +109,7 @@ impl Hosted {
         if placement.scheduler {
             let cfg = config.for_node(Role::Scheduler, None);
             let addr = listen_addr(&cfg.root_uri, cfg.root_port);
+            cfg.check_listen(&cfg.root_uri).map_err(crate::ps::Error::from)?;
             let rt = hosted.runtime("synkv-sched")?;
             let transport = TcpTransport::new(cfg.limits);
             let listener = block(&rt, transport.bind(&addr))
@@ -119,6 +120,7 @@ impl Hosted {
         if placement.server {
             let cfg = Config { port: None, ..config.for_node(Role::Server, None) };
             let addr = listen_addr(&cfg.node_host, 0);
+            cfg.check_listen(&cfg.node_host).map_err(crate::ps::Error::from)?;
             let rt = hosted.runtime("synkv-server")?;
             let transport = TcpTransport::new(cfg.limits);
             let listener = block(&rt, transport.bind(&addr))
