@@ -26,7 +26,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::seal::{FrameDigest, Seal, TRAILER_LEN};
+use super::seal::{FrameDigest, Seal, HASH_STEP, TRAILER_LEN};
 use crate::ps::proto::{check, parse, Header, Limits, Message, HEADER_LEN};
 use crate::ps::{AuthError, Error, Result};
 
@@ -242,6 +242,7 @@ impl FrameReader {
             self.make_room(want, whole, ingress);
             let limit = want.saturating_sub(self.buffer.len()).saturating_add(LOOKAHEAD);
             let limit = limit.min(self.buffer.capacity() - self.buffer.len()).max(1);
+            let limit = if self.seal.is_some() { limit.min(HASH_STEP) } else { limit };
             let stall = self.stall.filter(|_| !self.buffer.is_empty());
             let mut io = (&mut self.io).take(u64::try_from(limit).unwrap_or(u64::MAX));
             let n = match stall {

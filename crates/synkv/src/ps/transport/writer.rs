@@ -21,7 +21,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use super::seal::{FrameDigest, Seal};
+use super::seal::{FrameDigest, Seal, HASH_STEP};
 use crate::ps::proto::{EncodeError, Limits, Message};
 use crate::ps::{Error, Result};
 
@@ -154,7 +154,17 @@ async fn write_all_vectored<W: AsyncWrite + Unpin + ?Sized>(
     let mut first = 0;
     while first < segments.len() {
         let written = {
-            let slices: Vec<IoSlice<'_>> = segments[first..].iter().take(MAX_IOV).map(|b| IoSlice::new(b)).collect();
+            // While digesting, at most HASH_STEP bytes per call (hashed while still in cache).
+            let mut budget = if digest.is_some() { HASH_STEP } else { usize::MAX };
+            let slices: Vec<IoSlice<'_>> = segments[first..]
+                .iter()
+                .take(MAX_IOV)
+                .map_while(|b| {
+                    let take = b.len().min(budget);
+                    budget -= take;
+                    (take > 0).then(|| IoSlice::new(&b[..take]))
+                })
+                .collect();
             match stall {
                 None => w.write_vectored(&slices).await?,
                 Some(t) => tokio::time::timeout(t, w.write_vectored(&slices)).await.map_err(|_| no_progress())??,
