@@ -35,22 +35,24 @@ fn target() -> ProgressDrawTarget {
 
 /// A bar counting `len` steps, labelled `what` (e.g. the bench case).
 pub(crate) fn bar(len: u64, what: &str) -> ProgressBar {
-    let style = ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} {elapsed}").map(|s| s.progress_chars("=> "));
-    let pb = ProgressBar::with_draw_target(Some(len), target());
-    if let Ok(style) = style {
-        pb.set_style(style);
-    }
-    pb.set_message(what.to_owned());
-    pb
+    styled(len, "{msg} [{bar:30}] {pos}/{len} {elapsed}", what)
 }
 
 /// A bar for `total` peers registering with the scheduler, ticking while it waits.
 pub(crate) fn peers(total: u64) -> ProgressBar {
-    let pb = bar(total, "waiting for the job's processes to register");
-    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}: {pos} of {len} {elapsed}") {
-        pb.set_style(style);
-    }
+    let pb = styled(total, "{spinner} {msg}: {pos} of {len} {elapsed}", "waiting for the job's processes to register");
     pb.enable_steady_tick(Duration::from_millis(120));
+    pb
+}
+
+fn styled(len: u64, template: &str, msg: &str) -> ProgressBar {
+    let pb = ProgressBar::hidden();
+    pb.set_length(len);
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_message(msg.to_owned());
+    pb.set_draw_target(target());
     pb
 }
 

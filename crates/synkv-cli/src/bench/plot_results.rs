@@ -3,8 +3,9 @@
 //! them (MXNet, torch): synkv and its peers side by side.
 //!
 //! Every line that is a JSON object with the chosen x and y fields is a record; other lines
-//! (the loopback record, notes) are skipped. `--where FIELD=VALUE` keeps only the records
-//! whose field reads VALUE. Records group into series by the `--series` fields (default
+//! (the loopback record, notes) are skipped. `--where FIELD=VALUE` drops the records whose
+//! field reads otherwise; records without the field stay (torch's all_reduce records have no
+//! `servers` or `updater`, and belong next to every server count). Records group into series by the `--series` fields (default
 //! `impl`), and within a series by x:
 //!
 //! - the records of one job (the same `"run"` id: a distributed job's workers) count once, as
@@ -25,6 +26,9 @@ use serde_json::{Map, Value};
 use super::plot::{Chart, Point};
 
 /// Arguments of `synkv bench plot`.
+///
+/// A series is named by its `--series` fields' values (`impl` bare, others as `field=value`;
+/// a field the record lacks is left out of its name).
 #[derive(Debug, Args)]
 pub(crate) struct PlotArgs {
     /// JSON-lines result files (e.g. bench-results/local-….jsonl).
@@ -42,7 +46,7 @@ pub(crate) struct PlotArgs {
     /// Fields whose values name a series (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "impl")]
     series: Vec<String>,
-    /// Keep only records whose FIELD reads VALUE (repeatable).
+    /// Drop records whose FIELD reads other than VALUE (repeatable; records without FIELD stay).
     #[arg(long = "where", value_name = "FIELD=VALUE")]
     filters: Vec<String>,
     /// The chart's title (default: the files' names).
@@ -135,20 +139,16 @@ fn chart(args: &PlotArgs, filters: &[(String, String)], records: &[(String, Map<
     let mut c = Chart::new(title, x_label, y_label);
     let mut points: Vec<(String, RunsByX)> = Vec::new();
     for (run, r) in records {
-        if !filters.iter().all(|(k, v)| r.get(k).map(text_of).as_deref() == Some(v)) {
+        if !filters.iter().all(|(k, v)| r.get(k).is_none_or(|got| text_of(got) == *v)) {
             continue;
         }
         let (Some(x), Some(y)) = (x_of(r, &args.x), number(r, &args.y, None)) else { continue };
         let name = args
             .series
             .iter()
-            .map(|f| {
-                let v = r.get(f).map(text_of).unwrap_or_else(|| "?".to_owned());
-                if f == "impl" {
-                    v
-                } else {
-                    format!("{f}={v}")
-                }
+            .filter_map(|f| {
+                let v = text_of(r.get(f)?);
+                Some(if f == "impl" { v } else { format!("{f}={v}") })
             })
             .collect::<Vec<_>>()
             .join(", ");
@@ -205,12 +205,13 @@ mod tests {
 {"impl":"synkv","size":1048576,"keys":1,"servers":1,"median_ms":6.0,"run":"a-3"}
 {"impl":"synkv","size":1048576,"keys":1,"servers":2,"median_ms":99.0,"run":"d-1"}
 {"impl":"mxnet","size":10240,"keys":100,"servers":1,"median_ms":20.0,"run":"c-1"}
+{"impl":"torch","size":16777216,"keys":1,"median_ms":44.0,"run":"b-torch-1"}
 not json"#,
         );
         let filters = [("servers".to_owned(), "1".to_owned())];
         let c = chart(&cli.args, &filters, &recs, "t".into());
         let names: Vec<&str> = c.series.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["synkv", "mxnet"]);
+        assert_eq!(names, ["synkv", "mxnet", "torch"], "torch has no servers field, so it stays");
         // runs: a-1 → max(4, 5) = 5, a-2 → 7, a-3 → 6: median 6, whisker 5–7
         assert_eq!(c.series[0].points, [Point::spread(1_048_576.0, 6.0, 5.0, 7.0)]);
         assert_eq!(c.series[1].points, [Point::spread(1_024_000.0, 20.0, 20.0, 20.0)]);
