@@ -2,7 +2,8 @@
 # Runs every test of synkv: formatting, lints, the Rust unit, integration and doc tests (the
 # C ABI's C programs and the multi-process dist tests included), the Python package's pytest
 # suite and the Perl module's prove suite. This is the README's test command; .ci/run calls
-# it. It installs what it needs itself (a Python venv; Debian's PDL and FFI::Platypus).
+# it. It installs what it needs itself (a Python venv; Debian's PDL and FFI::Platypus; a font
+# for the charts).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

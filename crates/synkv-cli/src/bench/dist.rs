@@ -192,8 +192,11 @@ fn chart(args: &DistArgs, workers: usize, servers: usize, measured: &[Measured])
     let what = if args.push_only { "push" } else { "push + pull" };
     let mut c = Chart::new(
         format!(
-            "synkv bench dist ({}): {workers} workers, {servers} servers, {what}, f32, rank 0, median of {} iters",
-            args.store, args.iters
+            "synkv bench dist ({}): {}, {}, {what}, f32, rank 0, median of {} iters",
+            args.store,
+            count(workers, "worker"),
+            count(servers, "server"),
+            args.iters
         ),
         "elements per call (size × keys, f32)",
         format!("{what} time per worker (ms)"),
@@ -306,6 +309,15 @@ fn case(
     Ok(stats)
 }
 
+/// `1 server`, `2 servers`.
+fn count(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
 fn updater_name(u: UpdaterKind) -> &'static str {
     match u {
         UpdaterKind::Assign => "assign",
@@ -376,6 +388,6 @@ mod tests {
         assert_eq!(names, ["assign, 1 key", "assign, 100 keys", "sgd, 1 key, 2bit"]);
         assert_eq!(c.series[0].points.len(), 2);
         assert_eq!(c.series[1].points, [Point::spread(1_024_000.0, 2.0, 1.0, 3.0)]);
-        assert!(c.title.contains("2 workers, 1 servers"), "{}", c.title);
+        assert!(c.title.contains("2 workers, 1 server,"), "{}", c.title);
     }
 }
