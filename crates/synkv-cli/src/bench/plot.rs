@@ -178,6 +178,7 @@ pub(crate) fn load_font() -> Result<()> {
     static LOADED: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
     match LOADED.get_or_init(|| {
         let chosen = std::env::var_os("SYNKV_PLOT_FONT").filter(|v| !v.is_empty()).map(PathBuf::from);
+        let from_env = if chosen.is_some() { " (SYNKV_PLOT_FONT)" } else { "" };
         let path = match chosen {
             Some(p) => p,
             None => FONT_PATHS.iter().map(PathBuf::from).find(|p| p.is_file()).ok_or_else(|| {
@@ -187,7 +188,7 @@ pub(crate) fn load_font() -> Result<()> {
                 )
             })?,
         };
-        let bytes = std::fs::read(&path).map_err(|e| format!("reading the chart font {}: {e}", path.display()))?;
+        let bytes = std::fs::read(&path).map_err(|e| format!("reading the chart font {}{from_env}: {e}", path.display()))?;
         // plotters keeps registered fonts for the whole process; it is read once.
         let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
         plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)

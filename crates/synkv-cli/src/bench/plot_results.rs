@@ -84,13 +84,14 @@ pub(crate) fn run(args: &PlotArgs) -> Result<()> {
     });
     let chart = chart(args, &filters, &records, title);
     if chart.series.is_empty() {
+        let matching =
+            if args.filters.is_empty() { String::new() } else { format!(" and passes --where {}", args.filters.join(" --where ")) };
         bail!(
-            "nothing to plot: of {} JSON records in {}, none has numeric `{}` and `{}` and matches {:?}",
+            "nothing to plot: of {} JSON records in {}, none has numeric `{}` and `{}`{matching} (see --x, --y)",
             records.len(),
             args.results.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
             args.x,
             args.y,
-            args.filters
         );
     }
     chart.write_png(&args.output)?;
