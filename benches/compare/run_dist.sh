@@ -206,10 +206,13 @@ echo
 # The table as pictures, one per server count: time against size x keys, synkv vs MXNet vs
 # torch (a job counts as its slowest worker; rounds give the median and the whisker).
 if [[ -n "$SYNKV" ]]; then
+    sides="synkv"
+    [[ "$ONLY" == synkv ]] || sides+=" vs MXNet 1.9.1"
+    [[ -z "$TPY" ]] || sides+=" vs torch gloo"
     for s in $(printf '%s\n' "${CASES[@]}" | cut -d'|' -f4 | sort -u); do
         png="${out%.jsonl}-s$s.png"
         if "$SYNKV" bench plot "$out" -o "$png" --where servers="$s" --series impl,updater,keys \
-            --title "synkv vs MXNet 1.9.1 vs torch gloo, dist, 2 workers, $s server(s), $stamp"; then
+            --title "$sides, dist, 2 workers, $s server(s), $stamp"; then
             echo "chart: $png"
         else
             echo "run_dist.sh: no chart drawn for $s server(s) (the reason is above); the table stands" >&2

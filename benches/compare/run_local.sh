@@ -173,8 +173,10 @@ rc=0
 echo
 # The table as a picture: both sides' times against the bytes each case moves (synkv draws it).
 if [[ -n "$SYNKV" ]]; then
+    sides="synkv vs MXNet 1.9.1"
+    [[ "$ONLY" != synkv ]] || sides="synkv"
     if "$SYNKV" bench plot "$out" -o "${out%.jsonl}.png" --x moved --series impl,updater \
-        --title "synkv vs MXNet 1.9.1, local KVStore, $stamp (one point per case)"; then
+        --title "$sides, local KVStore, $stamp (one point per case)"; then
         echo "chart: ${out%.jsonl}.png"
     else
         echo "run_local.sh: no chart drawn (the reason is above); the table stands" >&2
