@@ -332,6 +332,7 @@ mod tests {
 
     #[test]
     fn every_operation_and_baseline_is_a_series_with_a_point_per_size() {
+        crate::progress::disable(); // no bar on a developer's terminal while tests run
         let cli = Cli::try_parse_from(["bench", "--size", "4096,8192", "--iters", "1", "--warmup", "0"]).unwrap();
         assert_eq!(cli.args.size, [4096, 8192]);
         let mut chart = Chart::new("t", "x", "y");

@@ -250,6 +250,7 @@ mod tests {
 
     #[test]
     fn a_small_run_draws_its_chart() {
+        crate::progress::disable(); // no bar on a developer's terminal while tests run
         if !plot::tests::font_or_skip("a_small_run_draws_its_chart") {
             return;
         }

@@ -234,6 +234,7 @@ mod tests {
 
     #[test]
     fn tables_are_a_list_and_a_small_run_draws_its_chart() {
+        crate::progress::disable(); // no bar on a developer's terminal while tests run
         let cli =
             Cli::try_parse_from(["bench", "--rows", "1000,10000", "--row-len", "4", "--touched", "50", "--iters", "2", "--warmup", "0"])
                 .unwrap();
