@@ -1,7 +1,8 @@
-//! Progress bars for long CLI work (bench iterations, `synkv launch` waiting for its peers).
+//! Progress bars for long CLI work (bench iterations, `synkv launch` waiting for its peers,
+//! `synkv chaos` restarting a job from its checkpoints).
 //!
 //! Bars are drawn on stderr only when it is a terminal, so pipes, log files, tests and CI get
-//! no escape codes; `--no-progress` (bench, launch) or `SYNKV_NO_PROGRESS=1` turn them off
+//! no escape codes; `--no-progress` (bench, launch, chaos) or `SYNKV_NO_PROGRESS=1` turn them off
 //! on a terminal too. A hidden bar costs nothing and can be used like a shown one, so callers
 //! never branch on whether progress is on.
 
@@ -9,7 +10,7 @@ use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressFinish, ProgressStyle};
 
 static DISABLED: AtomicBool = AtomicBool::new(false);
 
@@ -46,7 +47,8 @@ pub(crate) fn peers(total: u64) -> ProgressBar {
 }
 
 fn styled(len: u64, template: &str, msg: &str) -> ProgressBar {
-    let pb = ProgressBar::hidden();
+    // cleared when dropped, so an error that ends the work early leaves no stale bar
+    let pb = ProgressBar::hidden().with_finish(ProgressFinish::AndClear);
     pb.set_length(len);
     if let Ok(style) = ProgressStyle::with_template(template) {
         pb.set_style(style.progress_chars("=> "));
