@@ -2,7 +2,8 @@
 # Runs every test of synkv: formatting, lints, the Rust unit, integration and doc tests (the
 # C ABI's C programs and the multi-process dist tests included), the Python package's pytest
 # suite and the Perl module's prove suite. This is the README's test command; .ci/run calls
-# it. It installs what it needs itself (a Python venv; Debian's PDL and FFI::Platypus).
+# it. It installs what it needs itself (a Python venv; Debian's PDL and FFI::Platypus; a font
+# for the charts).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -11,6 +12,16 @@ cargo fmt --all -- --check
 
 echo "== cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets -- -D warnings
+
+echo "== chart font (Debian's fonts-dejavu-core: the synkv bench --plot tests draw text with it)"
+if [[ ! -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf && -z "${SYNKV_PLOT_FONT:-}" ]] && command -v apt-get >/dev/null; then
+    sudo=()
+    [[ $(id -u) -ne 0 ]] && sudo=(sudo)
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo[@]}" apt-get install -y -qq --no-install-recommends fonts-dejavu-core >/dev/null 2>&1 ||
+        { "${sudo[@]}" apt-get update -qq && "${sudo[@]}" apt-get install -y -qq --no-install-recommends fonts-dejavu-core >/dev/null; } ||
+        echo "could not install fonts-dejavu-core: the chart tests skip, saying why"
+fi
 
 echo "== cargo test"
 cargo test --workspace

@@ -11,7 +11,8 @@
 # `synkv launch`), MXNet (mxnet_dist.py) and torch gloo (torch_gloo.py, if TORCH_VENV has
 # torch) alternately, one job per case and impl, 2 workers on 127.0.0.1. Every job's JSON
 # lines (one per worker, tagged with a "run" id) go to bench-results/dist-<date>.jsonl; the
-# table is printed by table_dist.py.
+# table is printed by table_dist.py and drawn, one chart per server count, into
+# bench-results/dist-<date>-s<servers>.png (`synkv bench plot`; needs a TrueType font).
 #
 # Environment knobs (all optional):
 #   MXNET_VENV     venv with mxnet==1.9.1                  (default ./.venv-mxnet)
@@ -202,5 +203,21 @@ echo
 [[ -z "$ONLY" ]] || table_args+=(--allow-missing)
 "$HOSTPY" "$here/table_dist.py" "$out" "${table_args[@]}" || rc=1
 echo
+# The table as pictures, one per server count: time against size x keys, synkv vs MXNet vs
+# torch (a job counts as its slowest worker; rounds give the median and the whisker).
+if [[ -n "$SYNKV" ]]; then
+    sides="synkv"
+    [[ "$ONLY" == synkv ]] || sides+=" vs MXNet 1.9.1"
+    [[ -z "$TPY" ]] || sides+=" vs torch gloo"
+    for s in $(printf '%s\n' "${CASES[@]}" | cut -d'|' -f4 | sort -u); do
+        png="${out%.jsonl}-s$s.png"
+        if "$SYNKV" bench plot "$out" -o "$png" --where servers="$s" --series impl,updater,keys \
+            --title "$sides, dist, 2 workers, $s server(s), $stamp"; then
+            echo "chart: $png"
+        else
+            echo "run_dist.sh: no chart drawn for $s server(s) (the reason is above); the table stands" >&2
+        fi
+    done
+fi
 echo "results: $out  (run info: $meta)"
 exit "$rc"

@@ -7,7 +7,9 @@
 #
 # Builds `synkv` in release, then for every case runs synkv and MXNet alternately
 # (synkv, mxnet, synkv, mxnet, ... so both see the same machine noise), appends each
-# run's JSON line to bench-results/local-<date>.jsonl and prints the comparison table.
+# run's JSON line to bench-results/local-<date>.jsonl, prints the comparison table and draws
+# it into bench-results/local-<date>.png (`synkv bench plot`; needs a TrueType font, e.g.
+# Debian's fonts-dejavu-core).
 #
 # Environment knobs (all optional):
 #   MXNET_VENV         venv with mxnet==1.9.1 (default: ./.venv-mxnet)
@@ -169,5 +171,16 @@ rc=0
 [[ -z "$ONLY" ]] || table_args+=(--allow-missing)
 "$HOSTPY" "$here/table.py" "$out" "${table_args[@]}" || rc=$?
 echo
+# The table as a picture: both sides' times against the bytes each case moves (synkv draws it).
+if [[ -n "$SYNKV" ]]; then
+    sides="synkv vs MXNet 1.9.1"
+    [[ "$ONLY" != synkv ]] || sides="synkv"
+    if "$SYNKV" bench plot "$out" -o "${out%.jsonl}.png" --x moved --series impl,updater \
+        --title "$sides, local KVStore, $stamp (one point per case)"; then
+        echo "chart: ${out%.jsonl}.png"
+    else
+        echo "run_local.sh: no chart drawn (the reason is above); the table stands" >&2
+    fi
+fi
 echo "results: $out  (run info: $meta)"
 exit "$rc"

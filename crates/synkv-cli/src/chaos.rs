@@ -10,6 +10,10 @@
 //! The job checkpoints every `--checkpoint-every` rounds (`SYNKV_CHECKPOINT_INTERVAL`), so a
 //! kill can land anywhere: between rounds, in the middle of one, while shards or the manifest
 //! are being written, during start-up or shutdown.
+//!
+//! On a terminal (and without `--verbose`, which prints the processes' output) a progress bar
+//! counts the kills done of `--kills`, with the run and the checkpoint round it resumed from
+//! (`--no-progress` turns it off).
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -74,6 +78,9 @@ pub(crate) struct ChaosArgs {
     /// Print every process's output as it comes.
     #[arg(long)]
     verbose: bool,
+    /// No progress bar (it is drawn only when stderr is a terminal anyway).
+    #[arg(long)]
+    no_progress: bool,
     /// Print the summary as one JSON object.
     #[arg(long)]
     json: bool,
@@ -230,6 +237,10 @@ pub(crate) fn run(args: &ChaosArgs) -> Result<()> {
         args.kills,
         dir.display()
     );
+    if args.no_progress || args.verbose {
+        crate::progress::disable(); // --verbose prints the processes' lines, which would tear it
+    }
+    let bar = crate::progress::bar(u64::from(args.kills.max(1)), "chaos");
     let started = Instant::now();
     let deadline = started + Duration::try_from_secs_f64(args.max_secs).unwrap_or(Duration::from_secs(1200));
     let mut rng = SplitMix64(seed);
@@ -261,23 +272,27 @@ pub(crate) fn run(args: &ChaosArgs) -> Result<()> {
         let window = args.kill_window_secs.unwrap_or(0.8 + left * (args.max_delay_ms as f64 / 2.0 + 4.0) / 1000.0);
         let kill_at = (summary.kills < args.kills).then(|| Duration::from_secs_f64(0.1 + rng.uniform() * (window - 0.1).max(0.0)));
         let pick = rng.next_u64();
-        let (report, procs) = one_run(args, dir, seed ^ summary.runs.len() as u64, kill_at, pick, deadline)?;
+        bar.set_message(format!("chaos run {}, from round {done}; kills", summary.runs.len() + 1));
+        let (report, procs) = one_run(&bar, args, dir, seed ^ summary.runs.len() as u64, kill_at, pick, deadline)?;
         if let Some(victim) = &report.killed {
             summary.kills += 1;
             let role = victim.split(' ').next().unwrap_or(victim).to_owned();
             *summary.kills_by_role.entry(role).or_default() += 1;
         }
-        eprintln!(
-            "chaos: run {}: resumed after round {}, pushed {} rounds, {}",
-            summary.runs.len() + 1,
-            report.resumed_from,
-            report.rounds_pushed,
-            match (&report.killed, report.killed_at_secs, report.survivors_exited_secs) {
-                (Some(v), Some(at), Some(exit)) => format!("killed {v} at {at:.2} s; the others exited {exit:.2} s later"),
-                _ if report.finished => "finished".to_owned(),
-                _ => "failed".to_owned(),
-            }
-        );
+        bar.set_position(u64::from(summary.kills));
+        bar.suspend(|| {
+            eprintln!(
+                "chaos: run {}: resumed after round {}, pushed {} rounds, {}",
+                summary.runs.len() + 1,
+                report.resumed_from,
+                report.rounds_pushed,
+                match (&report.killed, report.killed_at_secs, report.survivors_exited_secs) {
+                    (Some(v), Some(at), Some(exit)) => format!("killed {v} at {at:.2} s; the others exited {exit:.2} s later"),
+                    _ if report.finished => "finished".to_owned(),
+                    _ => "failed".to_owned(),
+                }
+            )
+        });
         summary.rounds_pushed += report.rounds_pushed;
         let finished = report.finished;
         let killed = report.killed.is_some();
@@ -287,7 +302,7 @@ pub(crate) fn run(args: &ChaosArgs) -> Result<()> {
         summary.keys_lost += lost;
         summary.keys_doubled += doubled;
         if lost + doubled > 0 {
-            dump(&procs);
+            bar.suspend(|| dump(&procs));
             break;
         }
         if finished {
@@ -297,16 +312,17 @@ pub(crate) fn run(args: &ChaosArgs) -> Result<()> {
             // Finished before the kill came: another run from scratch, with a fresh directory.
             clear(dir)?;
         } else if killed && args.replicas {
-            dump(&procs);
+            bar.suspend(|| dump(&procs));
             bail!(
                 "run {} did not finish after a server was killed, although replicas should have kept it going (output above)",
                 summary.runs.len()
             );
         } else if !killed {
-            dump(&procs);
+            bar.suspend(|| dump(&procs));
             bail!("run {} failed without a kill (output above)", summary.runs.len());
         }
     }
+    bar.finish_and_clear();
     summary.rounds_redone = summary.rounds_pushed.saturating_sub(summary.runs.iter().filter(|r| r.finished).count() as u64 * args.rounds);
     summary.secs = started.elapsed().as_secs_f64();
     if args.json {
@@ -333,8 +349,9 @@ pub(crate) fn run(args: &ChaosArgs) -> Result<()> {
 }
 
 /// Starts the job, kills one process at `kill_at` (the `pick`-th of those still running),
-/// waits for every process to end, and reports.
+/// waits for every process to end, and reports. Output it prints hides `bar` meanwhile.
 fn one_run(
+    bar: &indicatif::ProgressBar,
     args: &ChaosArgs,
     dir: &Path,
     seed: u64,
@@ -350,7 +367,7 @@ fn one_run(
     let mut killed_at = None;
     while !all_done(&mut procs) {
         if Instant::now() > deadline {
-            dump(&procs);
+            bar.suspend(|| dump(&procs));
             bail!("the job did not finish within --max-secs {} (output above)", args.max_secs);
         }
         if killed_at.is_none() || args.replicas {
@@ -361,7 +378,7 @@ fn one_run(
             if let Some(label) = failed {
                 if killed_at.is_some() {
                     std::thread::sleep(Duration::from_millis(500));
-                    dump(&procs);
+                    bar.suspend(|| dump(&procs));
                     bail!(
                         "{label} failed after {} was killed, although replicas should have kept the job going (output above)",
                         killed.as_deref().unwrap_or("?")
@@ -369,7 +386,7 @@ fn one_run(
                 }
                 // Let the others report what they saw, then stop them.
                 std::thread::sleep(Duration::from_millis(500));
-                dump(&procs);
+                bar.suspend(|| dump(&procs));
                 bail!("{label} failed before any kill (output above)");
             }
         }
@@ -390,7 +407,7 @@ fn one_run(
         if let Some(k) = killed_at.filter(|_| !args.replicas) {
             if k.elapsed() > exit_bound() {
                 let hung: Vec<String> = procs.iter_mut().filter_map(|p| p.poll().is_none().then(|| p.label.clone())).collect();
-                dump(&procs);
+                bar.suspend(|| dump(&procs));
                 bail!(
                     "hang: {} still running {:?} after {} was killed (output above)",
                     hung.join(", "),

@@ -2,7 +2,8 @@
 //!
 //! - `synkv demo` — the MXNet KVStore tutorial's steps on a `local` store; `synkv demo --dist`
 //!   trains logistic regression on a scheduler, 2 servers and 2 workers on this host;
-//! - `synkv bench local …` — push+pull timings of the in-process store;
+//! - `synkv bench local …` — push+pull timings of the in-process store (`--plot FILE.png`
+//!   draws them); `synkv bench plot` draws recorded results;
 //! - `synkv scheduler`, `synkv server` — run a cluster role from the `DMLC_*` environment;
 //! - `synkv launch -n W -s S [--launcher ssh -H hostfile] -- CMD…` — start a whole job, on
 //!   this host or over ssh;
@@ -16,6 +17,7 @@ mod demo;
 mod dist_demo;
 mod launch;
 mod ports;
+mod progress;
 mod rng;
 mod roles;
 mod selftest;
@@ -39,6 +41,9 @@ enum Command {
     Bench {
         #[command(subcommand)]
         which: bench::BenchCommand,
+        /// No progress bars (they are drawn only when stderr is a terminal anyway).
+        #[arg(long, global = true)]
+        no_progress: bool,
     },
     /// Run the scheduler of a distributed job (reads DMLC_* from the environment).
     Scheduler,
@@ -68,7 +73,12 @@ fn main() -> std::process::ExitCode {
         Command::Demo(args) if args.dist_worker => dist_demo::worker(&args),
         Command::Demo(args) if args.dist => dist_demo::run(&args),
         Command::Demo(_) => demo::run(),
-        Command::Bench { which } => bench::run(which),
+        Command::Bench { which, no_progress } => {
+            if no_progress {
+                progress::disable();
+            }
+            bench::run(which)
+        }
         Command::Scheduler => roles::run(roles::RoleCommand::Scheduler),
         Command::Server => roles::run(roles::RoleCommand::Server),
         Command::Launch(args) => return launch::run(&args),

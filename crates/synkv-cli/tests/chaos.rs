@@ -17,6 +17,8 @@ fn assert_conserved(output: &str, kills: u32) {
         output.lines().find(|l| l.starts_with("chaos: ") && l.contains(" kills (")).unwrap_or_else(|| panic!("no summary:\n{output}"));
     assert!(summary.contains(&format!(", {kills} kills (")), "{summary}");
     assert!(summary.contains("no hang, keys with lost updates 0, with doubled updates 0"), "{summary}");
+    // the progress bar is for terminals only: none of its escape codes reach a pipe
+    assert!(!output.contains('\x1b') && !output.contains('\r'), "control characters in piped output:\n{output:?}");
 }
 
 #[test]

@@ -5,6 +5,7 @@
 
 mod util;
 
+mod bench_plot;
 mod chaos;
 mod checkpoints;
 mod demo_bench;

@@ -17,7 +17,11 @@
 //! printed too: on a busy machine they show what the hardware can do). After timing, the final residual and the
 //! last codes of a few probe elements are checked against the spec's formula, so the numbers
 //! are of real work.
+//!
+//! `--size` takes a list (one run per size); `--plot FILE.png` draws the GB/s of each
+//! operation and of its baseline against the size.
 
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, ensure, Result};
@@ -26,6 +30,7 @@ use serde::Serialize;
 use synkv::compression::{simd_level, CompressionType, GradientCompression};
 use synkv::kernels;
 
+use super::plot::{self, Chart, Point};
 use super::stats::Stats;
 
 /// The compression scheme to measure.
@@ -42,9 +47,10 @@ pub(crate) enum Kind {
 /// Arguments of `synkv bench compression`.
 #[derive(Debug, Args)]
 pub(crate) struct CompressionArgs {
-    /// Elements (f32) of the gradient; the default is 16 Mi (64 MiB per array).
-    #[arg(long, default_value_t = 16 << 20)]
-    size: usize,
+    /// Elements (f32) of the gradient; the default is 16 Mi (64 MiB per array). A
+    /// comma-separated list runs once per size.
+    #[arg(long, value_delimiter = ',', default_value = "16777216")]
+    size: Vec<usize>,
     /// Compression scheme.
     #[arg(long, value_enum, default_value_t = Kind::TwoBit)]
     kind: Kind,
@@ -60,6 +66,9 @@ pub(crate) struct CompressionArgs {
     /// Print one JSON object per case instead of a summary.
     #[arg(long)]
     json: bool,
+    /// Also draw each operation's and baseline's GB/s against the size into this PNG file.
+    #[arg(long, value_name = "FILE.png")]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -115,15 +124,43 @@ fn time<T>(f: impl FnOnce() -> T) -> (T, f64) {
 }
 
 pub(crate) fn run(args: &CompressionArgs) -> Result<()> {
-    if args.size == 0 || args.iters == 0 {
+    if args.size.contains(&0) || args.iters == 0 {
         bail!("--size and --iters must be at least 1");
     }
+    if let Some(path) = &args.plot {
+        plot::check_target(path)?;
+    }
+    let kind_name = match args.kind {
+        Kind::TwoBit => CompressionType::TwoBit.name(),
+        Kind::OneBit => CompressionType::OneBit.name(),
+    };
+    let mut chart = Chart::new(
+        format!(
+            "synkv bench compression: {kind_name}, threshold {}, {} path, median of {} iters",
+            args.threshold,
+            simd_level(),
+            args.iters
+        ),
+        "elements (f32)",
+        "GB/s (bytes the operation must move / median time)",
+    );
+    for &n in &args.size {
+        run_size(args, n, &mut chart)?;
+    }
+    if let Some(path) = &args.plot {
+        chart.write_png(path)?;
+        eprintln!("chart written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// Runs every case on a gradient of `n` elements, prints the results and adds them to `chart`.
+fn run_size(args: &CompressionArgs, n: usize, chart: &mut Chart) -> Result<()> {
     let kind = match args.kind {
         Kind::TwoBit => CompressionType::TwoBit,
         Kind::OneBit => CompressionType::OneBit,
     };
     let gc = GradientCompression::new(kind, args.threshold)?;
-    let n = args.size;
     let words = gc.compressed_len(n);
     let packed_bytes = (4 * words) as f64;
     let nf = n as f64;
@@ -169,7 +206,9 @@ pub(crate) fn run(args: &CompressionArgs) -> Result<()> {
     // Read before every timed operation, so that none pays for writing back the dirty lines
     // another left in the cache: at least 64 MiB, more than a last-level cache.
     let cold = vec![1u32; n.max(16 << 20)];
+    let progress = crate::progress::bar((args.warmup + args.iters) as u64, &format!("compression size={}", plot::elements(n)));
     for i in 0..args.warmup + args.iters {
+        progress.inc(1);
         settle(&cold);
         let ((), t_base_add) = time(|| kernels::add_into(&mut base, &grad));
         settle(&cold);
@@ -199,6 +238,7 @@ pub(crate) fn run(args: &CompressionArgs) -> Result<()> {
             }
         }
     }
+    progress.finish_and_clear();
     verify(&gc, &grad, &residual, &out, args.warmup + args.iters)?;
 
     let isa = simd_level();
@@ -208,6 +248,8 @@ pub(crate) fn run(args: &CompressionArgs) -> Result<()> {
         let gbps = case.bytes / (stats.median_ms / 1e3) / 1e9;
         let baseline_gbps = case.baseline_bytes / (base_stats.median_ms / 1e3) / 1e9;
         let ratio = gbps / baseline_gbps;
+        chart.add(case.op, Point::new(n as f64, gbps));
+        chart.add(&format!("{} (baseline of {})", case.baseline, case.op), Point::new(n as f64, baseline_gbps));
         let case_name = format!("compression {} {} size={n}", case.op, kind.name());
         if args.json {
             let rec = Record {
@@ -275,4 +317,44 @@ fn verify(gc: &GradientCompression, grad: &[f32], residual: &[f32], out: &[f32],
         ensure!(out[i] == last, "wrong dequantized value at element {i}: {} but the formula gives {last}", out[i]);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: CompressionArgs,
+    }
+
+    #[test]
+    fn every_operation_and_baseline_is_a_series_with_a_point_per_size() {
+        crate::progress::disable(); // no bar on a developer's terminal while tests run
+        let cli = Cli::try_parse_from(["bench", "--size", "4096,8192", "--iters", "1", "--warmup", "0"]).unwrap();
+        assert_eq!(cli.args.size, [4096, 8192]);
+        let mut chart = Chart::new("t", "x", "y");
+        for &n in &cli.args.size {
+            run_size(&cli.args, n, &mut chart).unwrap();
+        }
+        let names: Vec<&str> = chart.series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "quantize",
+                "kernels::add_into (baseline of quantize)",
+                "dequantize",
+                "kernels::fill (baseline of dequantize)",
+                "dequantize_add",
+                "kernels::scale (baseline of dequantize_add)"
+            ]
+        );
+        for s in &chart.series {
+            let xs: Vec<f64> = s.points.iter().map(|p| p.x).collect();
+            assert_eq!(xs, [4096.0, 8192.0], "{}", s.name);
+            assert!(s.points.iter().all(|p| p.y > 0.0), "{}", s.name);
+        }
+    }
 }

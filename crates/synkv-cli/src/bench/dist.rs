@@ -17,7 +17,12 @@
 //! (after `set_gradient_compression`, on fresh keys) with compressed pushes, and prints the
 //! ratio compressed / uncompressed per case. Pushes of `r+1` are above the threshold, so each
 //! worker's quantized push is `t` (2-bit) or 1 (1-bit) everywhere, which `verify` checks.
+//!
+//! `--size` takes a list (one case per size); `--plot FILE.png` makes rank 0 draw its median
+//! time against the elements per call (size × keys), one series per updater, key count and
+//! compression.
 
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
@@ -27,6 +32,7 @@ use synkv::optimizer::{Optimizer, Sgd};
 use synkv::{create, KVStore, NDArray};
 
 use super::local::UpdaterKind;
+use super::plot::{self, Chart, Point};
 use super::stats::Stats;
 
 const SGD_MOMENTUM: f64 = 0.9;
@@ -35,9 +41,9 @@ const SGD_LR: f64 = 0.1;
 /// Arguments of `synkv bench dist`.
 #[derive(Debug, Args)]
 pub(crate) struct DistArgs {
-    /// Elements per array.
-    #[arg(long, default_value_t = 1 << 20)]
-    size: usize,
+    /// Elements per array; a comma-separated list runs one case per size.
+    #[arg(long, value_delimiter = ',', default_value = "1048576")]
+    size: Vec<usize>,
     /// Keys per call.
     #[arg(long, default_value_t = 1)]
     keys: usize,
@@ -73,6 +79,19 @@ pub(crate) struct DistArgs {
     /// every record (`server_peak_rss_mb`, `key_mb`).
     #[arg(long)]
     report_rss: bool,
+    /// Also draw rank 0's median times against the elements per call into this PNG file.
+    #[arg(long, value_name = "FILE.png")]
+    plot: Option<PathBuf>,
+}
+
+/// One measured case, for the chart.
+#[derive(Debug, Clone, PartialEq)]
+struct Measured {
+    size: usize,
+    keys: usize,
+    updater: UpdaterKind,
+    compression: Option<String>,
+    stats: Stats,
 }
 
 #[derive(Serialize)]
@@ -101,15 +120,18 @@ struct Record<'a> {
 }
 
 pub(crate) fn run(args: &DistArgs) -> Result<()> {
-    if args.keys == 0 || args.size == 0 || args.iters == 0 {
+    if args.keys == 0 || args.size.contains(&0) || args.iters == 0 {
         bail!("--size, --keys and --iters must be at least 1");
+    }
+    if let Some(path) = &args.plot {
+        plot::check_target(path)?;
     }
     let kv = create(&args.store)?;
     let cases: Vec<(usize, usize, UpdaterKind)> = if args.all {
         let shapes = [(1 << 20, 1), (16 << 20, 1), (10_240, 100)];
         [UpdaterKind::Assign, UpdaterKind::Sgd].into_iter().flat_map(|u| shapes.into_iter().map(move |(s, k)| (s, k, u))).collect()
     } else {
-        vec![(args.size, args.keys, args.updater)]
+        args.size.iter().map(|&s| (s, args.keys, args.updater)).collect()
     };
     // The optimizer and the compression cannot be turned off again: assign cases run before
     // SGD ones, and each updater's uncompressed cases before its compressed ones (so with
@@ -117,6 +139,7 @@ pub(crate) fn run(args: &DistArgs) -> Result<()> {
     let mut optimizer_set = false;
     let mut compressing = false;
     let mut n = 0;
+    let mut measured = Vec::new();
     for updater in [UpdaterKind::Assign, UpdaterKind::Sgd] {
         let mine: Vec<(usize, usize)> = cases.iter().filter(|c| c.2 == updater).map(|c| (c.0, c.1)).collect();
         if mine.is_empty() {
@@ -129,7 +152,9 @@ pub(crate) fn run(args: &DistArgs) -> Result<()> {
         let mut plain = Vec::new();
         if !compressing {
             for &(size, keys) in &mine {
-                plain.push(case(&kv, args, n, size, keys, updater, None)?);
+                let stats = case(&kv, args, n, size, keys, updater, None)?;
+                plain.push(stats.median_ms);
+                measured.push(Measured { size, keys, updater, compression: None, stats });
                 n += 1;
             }
         }
@@ -137,7 +162,9 @@ pub(crate) fn run(args: &DistArgs) -> Result<()> {
             kv.set_gradient_compression([("type", kind.clone()), ("threshold", args.threshold.to_string())])?;
             compressing = true;
             for (i, &(size, keys)) in mine.iter().enumerate() {
-                let t = case(&kv, args, n, size, keys, updater, Some(kind))?;
+                let stats = case(&kv, args, n, size, keys, updater, Some(kind))?;
+                let t = stats.median_ms;
+                measured.push(Measured { size, keys, updater, compression: Some(kind.clone()), stats });
                 n += 1;
                 if let Some(base) = plain.get(i) {
                     println!(
@@ -150,11 +177,42 @@ pub(crate) fn run(args: &DistArgs) -> Result<()> {
             }
         }
     }
+    let (rank, workers, servers) = (kv.rank(), kv.num_workers(), kv.num_servers());
     kv.close()?;
+    if let (Some(path), 0) = (&args.plot, rank) {
+        chart(args, workers, servers, &measured).write_png(path)?;
+        eprintln!("chart written to {}", path.display());
+    }
     Ok(())
 }
 
-/// Runs one case; returns its median time in ms.
+/// Rank 0's chart: median time (min–max whiskers) against size × keys, a series per updater,
+/// key count and compression.
+fn chart(args: &DistArgs, workers: usize, servers: usize, measured: &[Measured]) -> Chart {
+    let what = if args.push_only { "push" } else { "push + pull" };
+    let mut c = Chart::new(
+        format!(
+            "synkv bench dist ({}): {}, {}, {what}, f32, rank 0, median of {} iters",
+            args.store,
+            count(workers, "worker"),
+            count(servers, "server"),
+            args.iters
+        ),
+        "elements per call (size × keys, f32)",
+        format!("{what} time per worker (ms)"),
+    );
+    for m in measured {
+        let keys = if m.keys == 1 { "1 key".to_owned() } else { format!("{} keys", m.keys) };
+        let mut name = format!("{}, {keys}", updater_name(m.updater));
+        if let Some(kind) = &m.compression {
+            name.push_str(&format!(", {kind}"));
+        }
+        c.add(&name, Point::spread((m.size * m.keys) as f64, m.stats.median_ms, m.stats.min_ms, m.stats.max_ms));
+    }
+    c
+}
+
+/// Runs one case; returns its timings (ms).
 fn case(
     kv: &KVStore,
     args: &DistArgs,
@@ -163,7 +221,7 @@ fn case(
     nkeys: usize,
     updater: UpdaterKind,
     compression: Option<&str>,
-) -> Result<f64> {
+) -> Result<Stats> {
     let (rank, workers, servers) = (kv.rank(), kv.num_workers(), kv.num_servers());
     // Fresh keys per case (an int key space per case).
     let base = i32::try_from(n * 1000).unwrap_or(0);
@@ -174,6 +232,7 @@ fn case(
     let values: Vec<NDArray> = keys.iter().map(|_| NDArray::full([size], (rank + 1) as f64)).collect();
     let outs: Vec<NDArray> = keys.iter().map(|_| NDArray::zeros([size])).collect();
     kv.barrier()?;
+    let progress = crate::progress::bar((args.warmup + args.iters) as u64, &format!("dist size={} keys={nkeys}", plot::elements(size)));
     let mut samples = Vec::with_capacity(args.iters);
     for i in 0..args.warmup + args.iters {
         let t = Instant::now();
@@ -189,7 +248,9 @@ fn case(
         if i >= args.warmup {
             samples.push(t.elapsed().as_secs_f64() * 1e3);
         }
+        progress.inc(1);
     }
+    progress.finish_and_clear();
     if args.push_only {
         kv.pull(&keys, &outs)?;
         for o in &outs {
@@ -245,7 +306,16 @@ fn case(
             println!("server peak RSS (key of {:.1} MiB): {}", (size * 4) as f64 / f64::from(1u32 << 20), each.join(", "));
         }
     }
-    Ok(stats.median_ms)
+    Ok(stats)
+}
+
+/// `1 server`, `2 servers`.
+fn count(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
 }
 
 fn updater_name(u: UpdaterKind) -> &'static str {
@@ -282,4 +352,42 @@ fn verify(args: &DistArgs, outs: &[NDArray], workers: usize, updater: UpdaterKin
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: DistArgs,
+    }
+
+    #[test]
+    fn each_updater_key_count_and_compression_is_a_series_over_size_times_keys() {
+        let cli = Cli::try_parse_from(["bench", "--size", "1024,2048", "--iters", "4"]).unwrap();
+        assert_eq!(cli.args.size, [1024, 2048]);
+        let stats = Stats { median_ms: 2.0, min_ms: 1.0, max_ms: 3.0 };
+        let m = |size, keys, updater, compression: Option<&str>| Measured {
+            size,
+            keys,
+            updater,
+            compression: compression.map(str::to_owned),
+            stats,
+        };
+        let measured = [
+            m(1 << 20, 1, UpdaterKind::Assign, None),
+            m(16 << 20, 1, UpdaterKind::Assign, None),
+            m(10_240, 100, UpdaterKind::Assign, None),
+            m(1 << 20, 1, UpdaterKind::Sgd, Some("2bit")),
+        ];
+        let c = chart(&cli.args, 2, 1, &measured);
+        let names: Vec<&str> = c.series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["assign, 1 key", "assign, 100 keys", "sgd, 1 key, 2bit"]);
+        assert_eq!(c.series[0].points.len(), 2);
+        assert_eq!(c.series[1].points, [Point::spread(1_024_000.0, 2.0, 1.0, 3.0)]);
+        assert!(c.title.contains("2 workers, 1 server,"), "{}", c.title);
+    }
 }

@@ -3,10 +3,17 @@
 //! Every case is timed to completion (the engine is asynchronous, so each iteration ends with
 //! `wait_all`), and checked for the right result after the timed iterations so the numbers
 //! are of real work.
+//!
+//! `--size` (`--rows` for sparse) takes a comma-separated list, one case per value, and
+//! `--plot FILE.png` draws the measured numbers ([`plot`]); `synkv bench plot` draws recorded
+//! JSON lines, synkv's and its peers' ([`plot_results`]). The iterations of a case show a
+//! progress bar on a terminal (see `crate::progress`).
 
 mod compression;
 mod dist;
 mod local;
+mod plot;
+mod plot_results;
 mod sparse;
 mod stats;
 
@@ -24,6 +31,8 @@ pub(crate) enum BenchCommand {
     Dist(dist::DistArgs),
     /// 2-bit / 1-bit quantize and dequantize kernels against the memory bandwidth.
     Compression(compression::CompressionArgs),
+    /// Draw a chart from recorded JSON lines (`--json` output, benches/compare results).
+    Plot(plot_results::PlotArgs),
 }
 
 pub(crate) fn run(cmd: BenchCommand) -> Result<()> {
@@ -32,5 +41,6 @@ pub(crate) fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Sparse(args) => sparse::run(&args),
         BenchCommand::Dist(args) => dist::run(&args),
         BenchCommand::Compression(args) => compression::run(&args),
+        BenchCommand::Plot(args) => plot_results::run(&args),
     }
 }

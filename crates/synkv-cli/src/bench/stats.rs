@@ -1,7 +1,7 @@
 //! Timing statistics: median, min, max of a set of samples in milliseconds.
 
 /// Summary of timed iterations.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Stats {
     pub(crate) median_ms: f64,
     pub(crate) min_ms: f64,

@@ -19,7 +19,9 @@
 //! Every output line of a child is printed with a prefix — `[scheduler]`, `[server 0]`,
 //! `[worker 1]` — on the launcher's stdout or stderr, as the child wrote it. The launcher's own
 //! lines start with `[launch]` (on stderr), including each child's pid (for ssh, the local
-//! `ssh` process's). `--dry-run` prints the commands instead of running them.
+//! `ssh` process's). `--dry-run` prints the commands instead of running them. On a terminal,
+//! a progress bar counts the processes registered with the scheduler until the job has formed
+//! ([`peers`]; `--no-progress` turns it off).
 //!
 //! Exit status ([`supervise`]): 0 when every process exits 0. When one exits non-zero (or is
 //! killed by a signal: 128 + signal), the others get a grace period to notice — they report
@@ -31,6 +33,7 @@
 
 mod engines;
 mod hostfile;
+mod peers;
 mod ssh;
 mod supervise;
 
@@ -109,6 +112,9 @@ pub(crate) struct LaunchArgs {
     /// (see docs/dist.md for what a restarted worker does).
     #[arg(long, default_value_t = 0)]
     max_restarts: u32,
+    /// No progress bar while the job forms (it is drawn only when stderr is a terminal anyway).
+    #[arg(long)]
+    no_progress: bool,
     /// The worker command and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     command: Vec<String>,
@@ -208,7 +214,10 @@ fn launch(args: &LaunchArgs) -> Result<u8> {
         }
         LauncherKind::Local | LauncherKind::Ssh => {}
     }
-    let spec = JobSpec {
+    if args.no_progress {
+        crate::progress::disable();
+    }
+    let mut spec = JobSpec {
         workers: args.num_workers,
         servers: args.num_servers.unwrap_or(args.num_workers),
         command: args.command.clone(),
@@ -233,7 +242,7 @@ fn launch(args: &LaunchArgs) -> Result<u8> {
             "--replicas 1 (or SYNKV_SERVER_REPLICAS=1) keeps each partition's copy on another server: it needs at least 2 servers (-s 2)"
         );
     }
-    let plan = match args.launcher {
+    let mut plan = match args.launcher {
         LauncherKind::Local => {
             if args.hostfile.is_some() || args.root_uri.is_some() || args.root_port.is_some() || args.remote_synkv.is_some() {
                 bail!("-H/--hostfile, --root-uri, --root-port and --remote-synkv belong to the ssh launcher; add --launcher ssh");
@@ -247,7 +256,12 @@ fn launch(args: &LaunchArgs) -> Result<u8> {
         print_plan(&plan, std::env::var("SYNKV_SECRET").ok().filter(|s| !s.is_empty()).as_deref());
         return Ok(0);
     }
-    Ok(run_plan(plan, &spec))
+    let bar = peers::watch(&mut plan, &mut spec);
+    let code = run_plan(plan, &spec);
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    Ok(code)
 }
 
 fn check_counts(spec: &JobSpec) -> Result<()> {
