@@ -150,14 +150,17 @@ class Cluster:
         self.procs.append(p)
         return p
 
-    def close(self):
-        for p in self.procs:
+    def kill(self, procs):
+        for p in procs:
             if p.poll() is None:
                 try:
                     os.killpg(p.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
             p.wait(timeout=10)
+
+    def close(self):
+        self.kill(self.procs)
         for ns in reversed(self.created):
             # Anything still inside (a grandchild that left the process group) was started by us.
             for pid in sh("ip", "netns", "pids", ns, check=False).split():
@@ -190,7 +193,7 @@ def wait_job(procs, timeout, logs):
             return None
         time.sleep(0.05)
     running = [os.path.basename(logs[i]) for i, p in enumerate(procs) if p.poll() is None]
-    return f"timed out after {timeout:.0f} s ({', '.join(running)} still running)"
+    return f"timed out after {timeout:g} s ({', '.join(running)} still running)"
 
 
 def records(logs, impl):
@@ -198,8 +201,12 @@ def records(logs, impl):
     for log in logs:
         with open(log) as f:
             for line in f:
-                if line.startswith("{") and json.loads(line).get("impl") == impl:
-                    out.append(json.loads(line))
+                try:
+                    r = json.loads(line) if line.startswith("{") else {}
+                except ValueError:  # a log line cut into by another write
+                    continue
+                if r.get("impl") == impl:
+                    out.append(r)
     return out
 
 
@@ -223,6 +230,7 @@ def run_synkv(c, a, tmp, w, s, size, place):
     if err is None and len(recs) != w:
         err = f"{len(recs)} result lines from {w} workers"
     if err:
+        c.kill(procs)  # the rest of a failed job, before the next one reuses the ports
         raise JobFailed("synkv", err, logs)
     return max(r["median_ms"] for r in recs)
 
@@ -241,6 +249,7 @@ def run_gloo(c, a, tmp, w, size, place):
     if err is None and len(recs) != w:
         err = f"{len(recs)} result lines from {w} ranks"
     if err:
+        c.kill(procs)  # the rest of a failed job, before the next one reuses the ports
         raise JobFailed("gloo", err, logs)
     return max(r["median_ms"] for r in recs)
 
@@ -263,18 +272,21 @@ def placement(w, s, colocate):
 
 
 def floors_ms(w, s, size, colocate, bps):
-    """Line-rate lower bounds: synkv (busiest link direction; the key split evenly over the
-    servers) and gloo's ring all_reduce (2 (W-1)/W of the data each way per host)."""
-    b = size * 4
-    load = []
-    for h in range(max(w, s) if colocate else 0):
-        wk, sv = h < w, h < s
-        # egress: the pushed parts to remote servers + the pulled parts remote workers fetch here
-        out = (b * (s - sv) / s if wk else 0) + (b / s * (w - wk) if sv else 0)
-        load.append(out)  # ingress is symmetric (pull answers in, pushes to this server in)
-    if not colocate:
-        load = [b, b / s * w]  # a worker's link: b each way; a server's: its part from every worker
-    return max(load) * 8 / bps * 1e3, 2 * (w - 1) / w * b * 8 / bps * 1e3
+    """Line-rate lower bounds in ms, the key split evenly over the servers, no overhead: synkv
+    with push and pull overlapped (the busiest link direction over a whole iteration), synkv
+    with the pull after the push (each phase's busiest link direction, added), and gloo's ring
+    all_reduce (2 (W-1)/W of the data each way per host, both directions at once)."""
+    b, ms = size * 4, lambda nbytes: nbytes * 8 / bps * 1e3
+    links = []  # per host: (push out, push in); the pull phase is the mirror image (in, out)
+    if colocate:
+        for h in range(max(w, s)):
+            wk, sv = h < w, h < s  # the parts for (from) the other servers (workers) cross the link
+            links.append((b * (s - sv) / s if wk else 0, b / s * (w - wk) if sv else 0))
+    else:
+        links = [(b, 0), (0, b / s * w)]  # a worker's host, a server's host
+    overlapped = max(o + i for o, i in links)  # each direction: one phase's out + the other's
+    phases = 2 * max(max(o, i) for o, i in links)
+    return ms(overlapped), ms(phases), ms(2 * (w - 1) / w * b)
 
 
 def have_torch(python):
@@ -427,15 +439,16 @@ def table(rows, a):
     ms = lambda r, k: f"{r[k]:.1f}" if r[k] else ("FAIL" if k == "synkv" else "n/a")
     gb = lambda r, k: f"{r['size'] * 4 * 2 / (r[k] / 1e3) / 1e9:.3f}" if r[k] else "n/a"
     lines = ["| W | S | size (f32) | synkv ms | gloo ms | gloo ms / synkv ms | synkv GB/s | gloo GB/s "
-             "| line-rate floor synkv / gloo ms |",
+             "| floor ms: synkv overlapped / push then pull / gloo |",
              "|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for r in rows:
         ratio = f"{r['gloo'] / r['synkv']:.2f}" if r["gloo"] and r["synkv"] else "n/a"
         lines.append(f"| {r['w']} | {r['s']} | {r['size']} | {ms(r, 'synkv')} | {ms(r, 'gloo')} | {ratio} "
-                     f"| {gb(r, 'synkv')} | {gb(r, 'gloo')} | {r['floors'][0]:.1f} / {r['floors'][1]:.1f} |")
+                     f"| {gb(r, 'synkv')} | {gb(r, 'gloo')} | {' / '.join('%.1f' % f for f in r['floors'])} |")
     lines.append(f"\nms: the slowest worker's (rank's) median over {a.iters} iterations; GB/s: size x 4 B x 2 "
                  f"per worker / that time (synkv push+pull, gloo all_reduce); gloo ms / synkv ms = synkv's "
-                 f"throughput over gloo's. Floors: the busiest link at {a.rate}, no overheads.")
+                 f"throughput over gloo's. Floors: the busiest link at {a.rate}, no overheads "
+                 f"(benches/netns/README.md).")
     return "\n".join(lines)
 
 
