@@ -35,6 +35,9 @@ echo "== real Open MPI and Slurm (mpirun, srun, sbatch; skipped with a message w
 SYNKV_BIN="$PWD/target/debug/synkv" bash scripts/test-mpi.sh
 SYNKV_BIN="$PWD/target/debug/synkv" bash scripts/test-slurm.sh
 
+echo "== emulated cluster in network namespaces (benches/netns/cluster.py --check; skipped with a message without root)"
+python3 benches/netns/cluster.py --check --synkv "$PWD/target/debug/synkv"
+
 echo "== Kubernetes manifests (deploy/k8s: each pod's env, then the pods' command run here)"
 python3 scripts/test-k8s.py "$PWD/target/debug/synkv"
 
