@@ -23,7 +23,10 @@ dir=$(mktemp -d /tmp/synkv-mpi.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 
 # Open MPI refuses root without this flag; the machine has fewer cores than processes.
-mpi=(mpirun --oversubscribe --tag-output)
+# The job's secret, passed by name (-x), as docs/deploying.md tells.
+SYNKV_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+export SYNKV_SECRET
+mpi=(mpirun --oversubscribe --tag-output -x SYNKV_SECRET)
 if [[ $(id -u) == 0 ]]; then mpi+=(--allow-run-as-root); fi
 
 run() { # NAME N S OUT CMD...: runs CMD bounded and checks the t24 lines.
@@ -48,7 +51,8 @@ if [[ $(id -u) == 0 ]]; then root_flag=" --allow-run-as-root"; fi
 check_contains "synkv launch --launcher mpi --dry-run" "$dir/dry.out" \
     "mpirun -n 3$root_flag -x SYNKV_NUM_SERVERS=2 -x SYNKV_ROOT_PORT=4321 -x SYNKV_HEARTBEAT_INTERVAL_MS" \
     " --oversubscribe $SYNKV selftest dist t24"
+# Without SYNKV_SECRET: the launcher generates the job's secret itself.
 run "synkv launch --launcher mpi -n 3 -s 2" 3 2 "$dir/launch.out" \
-    "$SYNKV" launch --launcher mpi -n 3 -s 2 --root-port "$(free_port)" --launcher-arg=--oversubscribe -- "$SYNKV" selftest dist t24
+    env -u SYNKV_SECRET "$SYNKV" launch --launcher mpi -n 3 -s 2 --root-port "$(free_port)" --launcher-arg=--oversubscribe -- "$SYNKV" selftest dist t24
 
 finish

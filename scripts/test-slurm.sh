@@ -91,6 +91,11 @@ if ! timeout 60 bash -c 'until sinfo -h -N -o %t 2>/dev/null | grep -qx idle; do
 fi
 echo "one-node Slurm cluster up: $host, slurmctld port $ctld_port, slurmd port $d_port ($SLURM_CONF)"
 
+# The job's secret, as docs/deploying.md tells (srun passes the environment on): the
+# scheduler listens on the node's name, which needs one.
+SYNKV_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+export SYNKV_SECRET
+
 # 1. srun -n 2: one node, so one server (the default: one per node), hosted by task 0.
 st=0
 timeout 150 srun -n 2 -t 3 --label --kill-on-bad-exit=1 "$SYNKV" selftest dist t24 >"$dir/srun2.out" 2>&1 </dev/null || st=$?
@@ -119,7 +124,8 @@ check_t24 "sbatch --wait (srun synkv selftest dist t24)" "$st" "$dir/batch.out" 
 check_contains "synkv launch --launcher slurm --dry-run" "$dir/dry.out" \
     "srun -n 3 --export=ALL,SYNKV_NUM_SERVERS=2,SYNKV_ROOT_PORT=4321 --label $SYNKV selftest dist t24"
 st=0
-timeout 150 "$SYNKV" launch --launcher slurm -n 2 -s 2 --launcher-arg=--label --launcher-arg=-t3 -- "$SYNKV" selftest dist t24 >"$dir/launch.out" 2>&1 </dev/null || st=$?
+# Without SYNKV_SECRET: the launcher generates the job's secret itself.
+timeout 150 env -u SYNKV_SECRET "$SYNKV" launch --launcher slurm -n 2 -s 2 --launcher-arg=--label --launcher-arg=-t3 -- "$SYNKV" selftest dist t24 >"$dir/launch.out" 2>&1 </dev/null || st=$?
 check_t24 "synkv launch --launcher slurm -n 2 -s 2" "$st" "$dir/launch.out" 2 2
 
 if ((FAILED)); then slurm_logs; fi

@@ -19,6 +19,22 @@ use super::orchestrator::{self, Placement};
 use super::proto::Limits;
 use super::ConfigError;
 
+/// Whether `host` (a name or an address) denotes only loopback addresses: a literal loopback
+/// address, or a name every address of which is one (e.g. `localhost`, or a host name Debian
+/// maps to 127.0.1.1). A name that does not resolve is not.
+fn is_loopback(host: &str) -> bool {
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return ip.is_loopback();
+    }
+    match std::net::ToSocketAddrs::to_socket_addrs(&(host, 0)) {
+        Ok(addrs) => {
+            let addrs: Vec<_> = addrs.collect();
+            !addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback())
+        }
+        Err(_) => false,
+    }
+}
+
 /// Most servers or workers a cluster may have (per role).
 pub const MAX_NODES_PER_ROLE: u32 = 16_384;
 
@@ -348,7 +364,7 @@ impl Config {
     /// be guessed offline from a recorded handshake.
     pub fn check_listen(&self, host: &str) -> std::result::Result<(), ConfigError> {
         let host = host.trim_start_matches('[').trim_end_matches(']');
-        let loopback = host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        let loopback = is_loopback(host);
         match (&self.secret, loopback, self.insecure) {
             (Some(secret), _, _) => {
                 if secret.is_weak() {

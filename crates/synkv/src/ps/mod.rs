@@ -5,7 +5,8 @@
 //! - [`proto`] — the wire format: a fixed header, a typed meta section, zero-copy chunks.
 //! - [`transport`] — [`Connection`] (one framed stream, vectored writes) behind the
 //!   [`Transport`] trait: [`TcpTransport`] and the in-process [`MemTransport`].
-//! - [`auth`] — the optional HMAC challenge–response every connection starts with.
+//! - [`auth`] — the handshake every connection starts with: mutual authentication from the
+//!   shared secret (Noise `NNpsk0`), the identity bound to the connection, sealed frames after.
 //! - [`checkpoint`] — the servers' checkpoint files (shards) and manifests.
 //! - [`config`] — [`Config`] from `DMLC_*`/`SYNKV_*` variables (table in `docs/dist-env.md`).
 //! - [`metrics`] — Prometheus series of every role and their `GET /metrics` endpoint
