@@ -19,3 +19,4 @@ mod real_job;
 mod replication;
 mod restarts;
 mod security;
+mod trace_files;
