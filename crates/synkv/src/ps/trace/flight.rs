@@ -1,6 +1,7 @@
 //! The flight recorder's log form: one readable line per recorded operation, oldest first,
-//! timed relative to the dump (`-1.532 s`), so a survivor's log shows what it was doing when
-//! a peer died or a wait timed out.
+//! its start timed relative to the dump (`-1.532 s`), so a survivor's log shows what it was
+//! doing when a peer died or a wait timed out. Operations are recorded when they end, so one
+//! still waiting at the dump is not in it.
 
 use std::fmt::Write as _;
 
@@ -32,9 +33,6 @@ pub(crate) fn line(span: &Span, now: u64, peer_role: &str) -> String {
     }
     if !span.op.is_instant() {
         let _ = write!(out, ", {:.3} ms", span.dur as f64 / 1e6);
-        if span.start + span.dur > now {
-            out.push_str(" (still running)");
-        }
     }
     out.push_str(if span.ok { ", ok" } else { ", FAILED" });
     out

@@ -215,8 +215,11 @@ mod tests {
 
     #[test]
     fn unix_micros_are_wall_clock_microseconds() {
-        let clock = Clock { epoch: Instant::now(), unix_ns: 1_700_000_000_123_456_789 };
-        assert_eq!(clock.unix_micros(0), 1_700_000_000_123_456.789);
-        assert_eq!(clock.unix_micros(1_000), 1_700_000_000_123_457.789);
+        // .75 µs is exact in an f64 of this size (its resolution is 0.25 µs).
+        let clock = Clock { epoch: Instant::now(), unix_ns: 1_700_000_000_123_456_750 };
+        let whole = 1_700_000_000_123_456_f64;
+        assert_eq!(clock.unix_micros(0), whole + 0.75);
+        assert_eq!(clock.unix_micros(1_000), whole + 1.75);
+        assert_eq!(clock.unix_micros(1), whole + 0.75, "sub-resolution fractions round");
     }
 }
