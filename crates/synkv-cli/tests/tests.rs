@@ -21,3 +21,4 @@ mod replication;
 mod restarts;
 mod rogue;
 mod security;
+mod trace_files;

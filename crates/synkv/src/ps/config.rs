@@ -17,6 +17,7 @@ use super::auth::Secret;
 use super::node::{Node, NodeId, Role};
 use super::orchestrator::{self, Placement};
 use super::proto::Limits;
+use super::trace::{self, Rounds};
 use super::ConfigError;
 
 /// Whether `host` (a name or an address) denotes only loopback addresses: a literal loopback
@@ -97,6 +98,9 @@ pub struct Config {
     /// What this process hosts besides its worker, when an orchestrator (torchrun, Slurm,
     /// MPI…) started it ([`Config::from_worker_env`]); `None` in a `DMLC_*` launch.
     pub placement: Option<Placement>,
+    /// `SYNKV_TRACE_DIR`, `SYNKV_TRACE_ROUNDS`, `SYNKV_TRACE_EVENTS`,
+    /// `SYNKV_FLIGHT_RECORDER`: the trace timeline and the flight recorder (`ps::trace`).
+    pub trace: trace::Settings,
 }
 
 /// How often the workers take a checkpoint (`SYNKV_CHECKPOINT_INTERVAL`).
@@ -148,6 +152,35 @@ fn number<T: std::str::FromStr + PartialOrd + Copy>(
 fn millis(get: &Lookup<'_>, var: &'static str, default: u64, expected: &'static str) -> Result<Duration, ConfigError> {
     let ms = number(get, var, Some(default), (1, 86_400_000), expected)?.unwrap_or(default);
     Ok(Duration::from_millis(ms))
+}
+
+/// The trace and flight-recorder variables (`ps::trace`).
+fn trace_settings(get: &Lookup<'_>) -> Result<trace::Settings, ConfigError> {
+    let dir = get("SYNKV_TRACE_DIR")?.filter(|d| !d.trim().is_empty()).map(|d| std::path::PathBuf::from(d.trim()));
+    let rounds_expected = "START:END (rounds START <= r < END), START: or :END, with SYNKV_TRACE_DIR set";
+    let rounds = match get("SYNKV_TRACE_ROUNDS")? {
+        None => Rounds::ALL,
+        Some(raw) => {
+            let Some(rounds) = Rounds::parse(&raw) else {
+                return Err(err("SYNKV_TRACE_ROUNDS", format!("{raw:?} is not accepted"), rounds_expected));
+            };
+            if dir.is_none() {
+                return Err(err("SYNKV_TRACE_ROUNDS", "is set but SYNKV_TRACE_DIR is not", rounds_expected));
+            }
+            rounds
+        }
+    };
+    let events = number::<usize>(get, "SYNKV_TRACE_EVENTS", Some(trace::DEFAULT_TRACE_EVENTS), (1, 100_000_000), "spans in 1..=100000000")?
+        .unwrap_or(trace::DEFAULT_TRACE_EVENTS);
+    let flight = number::<usize>(
+        get,
+        "SYNKV_FLIGHT_RECORDER",
+        Some(trace::DEFAULT_FLIGHT_OPS),
+        (0, 1_000_000),
+        "operations in 0..=1000000 (0 = off)",
+    )?
+    .unwrap_or(trace::DEFAULT_FLIGHT_OPS);
+    Ok(trace::Settings { dir, rounds, events, flight })
 }
 
 impl Config {
@@ -270,6 +303,7 @@ impl Config {
             ));
         }
         let worker_restarts = number::<u32>(get, "SYNKV_WORKER_RESTARTS", Some(0), (0, 1), "0 or 1")?.unwrap_or(0) == 1;
+        let trace = trace_settings(get)?;
         Ok(Config {
             role,
             root_uri,
@@ -293,6 +327,7 @@ impl Config {
             replicas,
             worker_restarts,
             placement: None,
+            trace,
         })
     }
 
@@ -454,6 +489,23 @@ mod tests {
         assert_eq!(c.straggler_warn, Duration::from_secs(60));
         assert_eq!(c.partition_bytes, 16 << 20);
         assert!(c.secret.is_none() && c.task_id.is_none() && c.port.is_none());
+        assert_eq!(c.trace, trace::Settings::default());
+        assert_eq!((c.trace.dir, c.trace.flight), (None, 256));
+    }
+
+    #[test]
+    fn trace_variables_are_read() {
+        let c = with(&[
+            ("SYNKV_TRACE_DIR", "/tmp/t"),
+            ("SYNKV_TRACE_ROUNDS", "10:20"),
+            ("SYNKV_TRACE_EVENTS", "1000"),
+            ("SYNKV_FLIGHT_RECORDER", "0"),
+        ])
+        .unwrap();
+        let want = trace::Settings { dir: Some("/tmp/t".into()), rounds: Rounds { start: 10, end: Some(20) }, events: 1000, flight: 0 };
+        assert_eq!(c.trace, want);
+        let e = with(&[("SYNKV_TRACE_ROUNDS", "10:20")]).unwrap_err();
+        assert!(e.to_string().contains("SYNKV_TRACE_DIR is not"), "{e}");
     }
 
     #[test]
@@ -524,6 +576,9 @@ mod tests {
             ("SYNKV_STRAGGLER_WARN_MS", "0"),
             ("SYNKV_PARTITION_BYTES", "100"),
             ("SYNKV_PARTITION_BYTES", "268435456"),
+            ("SYNKV_TRACE_ROUNDS", "5:2"),
+            ("SYNKV_TRACE_EVENTS", "0"),
+            ("SYNKV_FLIGHT_RECORDER", "many"),
         ];
         for (var, value) in cases {
             let e = with(&[(var, value)]).unwrap_err();

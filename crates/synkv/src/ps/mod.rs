@@ -23,6 +23,8 @@
 //!   (`SYNKV_SERVER_REPLICAS`).
 //! - [`codec`] — array buffers ↔ chunk bytes.
 //! - [`server`] — [`Server`]: key shards, sync rounds, the optimizer, [`ServerCmd`]s.
+//! - [`trace`] — Chrome-trace timelines of every role (`SYNKV_TRACE_DIR`) and the flight
+//!   recorder dumped when a peer dies or a wait times out (`docs/tracing.md`).
 //! - [`worker`] — [`Worker`]: a worker's membership and its [`Client`] connections to every
 //!   server (requests with ids and deadlines).
 //!
@@ -45,6 +47,7 @@ pub mod scheduler;
 pub mod server;
 pub mod slicer;
 pub mod topology;
+pub mod trace;
 pub mod transport;
 pub mod worker;
 

@@ -112,7 +112,7 @@ impl Cluster {
         };
 
         let (list_tx, list_rx) = oneshot::channel();
-        let shared = Shared::new(scheduler.clone(), list_tx);
+        let shared = Shared::new(scheduler.clone(), list_tx, config.role);
         let stop = shutdown.child_token();
         let guard = stop.clone().drop_guard();
         let tracker = TaskTracker::new();

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::ps::node::{Node, Rank, Role};
 use crate::ps::proto::{Command, Message};
+use crate::ps::trace;
 use crate::ps::transport::{drain, Drained, FrameReader, FrameWriter, Outbox, OutboxRx};
 use crate::ps::Error;
 
@@ -67,12 +68,20 @@ pub(super) struct Shared {
     state: Mutex<State>,
     pub(super) status: watch::Sender<Status>,
     pub(super) scheduler: Node,
+    /// This node's role (whose flight recorder a failure dumps).
+    role: Role,
 }
 
 impl Shared {
-    pub(super) fn new(scheduler: Node, node_list: oneshot::Sender<Message>) -> Arc<Shared> {
+    pub(super) fn new(scheduler: Node, node_list: oneshot::Sender<Message>, role: Role) -> Arc<Shared> {
         let state = State { next_request: 1, barriers: HashMap::new(), last_heard: Instant::now(), node_list: Some(node_list) };
-        Arc::new(Shared { state: Mutex::new(state), status: watch::Sender::new(Status::default()), scheduler })
+        Arc::new(Shared { state: Mutex::new(state), status: watch::Sender::new(Status::default()), scheduler, role })
+    }
+
+    /// Records a peer's death (an instant event) and dumps this node's flight recorder.
+    fn peer_died(&self, op: trace::Op, node: &Node, why: &str) {
+        trace::recorder(self.role).record(trace::Span::instant(op, node.to_string()));
+        trace::dump(self.role, &trace::lost_cause(node), why);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -96,6 +105,9 @@ impl Shared {
         if first {
             if !matches!(failure, Failure::Stopped(_)) {
                 tracing::error!("cluster failed: {}", failure.to_error());
+            }
+            if let Failure::Lost { node, .. } = &failure {
+                self.peer_died(trace::Op::NodeDead, node, &failure.to_error().to_string());
             }
             let pending: Vec<_> = self.lock().barriers.drain().collect();
             for (_, tx) in pending {
@@ -156,6 +168,11 @@ impl Shared {
                 Ok(node) if node.role == Role::Server => {
                     let rank = node.rank.unwrap_or(u32::MAX);
                     tracing::warn!("{node} died ({}); its partitions moved to their backups", msg.meta.text);
+                    self.peer_died(
+                        trace::Op::Failover,
+                        node,
+                        &format!("{node} died ({}); its partitions moved to their backups", msg.meta.text),
+                    );
                     self.status.send_modify(|s| {
                         if !s.dead_servers.contains(&rank) {
                             s.dead_servers.push(rank);
@@ -170,6 +187,11 @@ impl Shared {
                     let (rank, away) = (node.rank.unwrap_or(u32::MAX), msg.command == Command::WorkerAway);
                     if away {
                         tracing::warn!("{node} died; the job goes on without it until it is restarted");
+                        self.peer_died(
+                            trace::Op::WorkerAway,
+                            node,
+                            &format!("{node} died; the job goes on without it until it is restarted"),
+                        );
                     } else {
                         tracing::warn!("{node} is back (restarted)");
                     }

@@ -35,6 +35,7 @@ use super::ranks::assign_ranks;
 use crate::ps::node::{Group, Node, NodeId, Role};
 use crate::ps::proto::{Command, Message};
 use crate::ps::topology::Topology;
+use crate::ps::trace;
 use crate::ps::transport::Outbox;
 use crate::ps::{Config, Error, Result};
 
@@ -91,6 +92,8 @@ pub(super) struct Core {
     barriers: HashMap<Group, BTreeMap<NodeId, u64>>,
     /// Per (group, node), the request id of the last barrier released.
     released: HashMap<(Group, NodeId), u64>,
+    /// Per group, when the first node of its waiting barrier arrived (for its trace span).
+    barrier_since: HashMap<Group, std::time::Instant>,
     /// Which live server holds each partition and its backup (replicas).
     topology: Topology,
     /// Partitions whose backup copy is being rebuilt after a failover.
@@ -114,6 +117,7 @@ impl Core {
             done: BTreeSet::new(),
             barriers: HashMap::new(),
             released: HashMap::new(),
+            barrier_since: HashMap::new(),
             topology: Topology::new(config.num_servers),
             // Every backup copy starts empty and is complete once its first snapshot arrived.
             unprotected: if config.replicas > 0 { (0..config.num_servers).collect() } else { BTreeSet::new() },
@@ -212,6 +216,7 @@ impl Core {
             return Outcome::Continue;
         }
         tracing::info!("registered {node} ({} of {})", self.peers.len(), self.config.num_nodes());
+        trace::recorder(Role::Scheduler).record(trace::Span::instant(trace::Op::Register, node.to_string()));
         if self.count(Role::Server) == self.config.num_servers && self.count(Role::Worker) == self.config.num_workers {
             self.form_cluster(now);
         }
@@ -354,6 +359,7 @@ impl Core {
             Some(&id) => return Err(format!("{node} is already waiting at the {group} barrier (request {id})")),
             None => {
                 waiting.insert(node.id, msg.request_id);
+                self.barrier_since.entry(group).or_insert_with(std::time::Instant::now);
             }
         }
         self.release_ready_barriers();
@@ -378,6 +384,13 @@ impl Core {
             }
             let released = self.barriers.remove(&group).unwrap_or_default();
             tracing::debug!("releasing the {group} barrier");
+            let since = self.barrier_since.remove(&group);
+            let rec = trace::recorder(Role::Scheduler);
+            if let (true, Some(since)) = (rec.enabled(), since) {
+                let mut span = trace::Span::new(trace::Op::Barrier, since, std::time::Instant::now());
+                span.label = Some(format!("{group} barrier").into());
+                rec.record(span);
+            }
             crate::ps::metrics::METRICS.scheduler.barriers.add(1);
             for (id, request_id) in released {
                 self.released.insert((group, id), request_id);
@@ -426,6 +439,8 @@ impl Core {
             tracing::warn!("forgetting {node} before rendezvous: {reason}");
             return Outcome::Continue;
         }
+        trace::recorder(Role::Scheduler).record(trace::Span::instant(trace::Op::NodeDead, node.to_string()));
+        trace::dump(Role::Scheduler, &trace::lost_cause(&node), &format!("{node} is dead: {reason}"));
         if let Some(outcome) = self.fail_over(&node, &reason) {
             return outcome;
         }

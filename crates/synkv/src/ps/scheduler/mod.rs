@@ -64,6 +64,7 @@ impl Scheduler {
     pub async fn run<L: Listener>(self, listener: L, shutdown: CancellationToken) -> Result<()> {
         crate::ps::metrics::start(crate::ps::Role::Scheduler);
         let config = self.config;
+        crate::ps::trace::start(crate::ps::Role::Scheduler, 0, &config.trace);
         // Independent of `shutdown`, so final messages are flushed before connections close;
         // the guards cancel both if this future is dropped.
         let accept_stop = CancellationToken::new();
@@ -128,6 +129,10 @@ impl Scheduler {
         }
         conns.cancel();
         tracker.wait().await;
+        if let Err(e) = &result {
+            crate::ps::trace::dump_error(crate::ps::Role::Scheduler, e);
+        }
+        crate::ps::trace::finish(crate::ps::Role::Scheduler);
         result
     }
 }

@@ -81,6 +81,8 @@ fn mismatch(code: ErrorCode, text: String) -> ServerError {
 pub(super) struct Entry {
     /// The user's name for the key (its display form), for messages and `lr_mult`/`wd_mult`.
     pub(super) name: String,
+    /// The name, shared by the entry's trace spans (`ps::trace`).
+    pub(super) label: Arc<str>,
     /// The optimizer state's key: the name, or `name@offset` for a part past the first.
     pub(super) state_key: String,
     /// The value, shared with the replies that carry it.
@@ -132,6 +134,7 @@ impl Entry {
     fn new(name: String, offset: u64, value: Buffer, row_len: Option<usize>) -> Entry {
         let state_key = if offset == 0 { name.clone() } else { format!("{name}@{offset}") };
         Entry {
+            label: Arc::from(name.as_str()),
             name,
             state_key,
             value: Arc::new(value),

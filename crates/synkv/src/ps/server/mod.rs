@@ -189,6 +189,7 @@ impl Server {
             .and_then(|(_, p)| p.parse().ok())
             .ok_or_else(|| Error::InvalidArgument(format!("listener address {addr} has no port")))?;
         let cluster = Cluster::join(transport, &config, port, shutdown.child_token()).await?;
+        super::trace::start(Role::Server, cluster.rank(), &config.trace);
         tracing::info!("{} serving on {addr}", cluster.me());
 
         let (events_tx, events_rx) = mpsc::channel(EVENTS);
@@ -288,6 +289,7 @@ impl Server {
             Ok(()) => tracing::info!("{} shutting down", cluster.me()),
             Err(e) => {
                 tracing::error!("{} stopping: {e}", cluster.me());
+                super::trace::dump_error(Role::Server, e);
                 // Tell the workers why, so they report the dead node rather than this server.
                 if let Error::LostPeer { node, reason } = e {
                     let farewell = Message::node_dead(node.clone(), reason).with_sender(cluster.me().id);
@@ -310,6 +312,7 @@ impl Server {
             tracing::warn!("the server core did not stop within {:?}", config.heartbeat_timeout);
         }
         cluster.close().await;
+        super::trace::finish(Role::Server);
         outcome
     }
 }

@@ -426,6 +426,7 @@ async fn read_loop(mut reader: FrameReader, inner: Arc<Inner>, server: u32) {
 fn lose(inner: &Arc<Inner>, server: u32, reason: String) {
     let Some(node) = inner.servers.get(usize::try_from(server).unwrap_or(usize::MAX)).map(|(n, _)| n.clone()) else { return };
     let fail = Fail::Lost { node: node.clone(), reason: reason.clone() };
+    crate::ps::trace::dump(Role::Worker, &crate::ps::trace::lost_cause(&node), &format!("the connection to {node} broke: {reason}"));
     if !inner.replicas {
         tracing::error!("lost {node}: {reason}");
         inner.fail(Some(server), fail);

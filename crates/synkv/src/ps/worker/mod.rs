@@ -32,6 +32,7 @@ impl Worker {
     pub async fn connect<T: Transport>(transport: &T, config: &Config, shutdown: CancellationToken) -> Result<Worker> {
         crate::ps::metrics::start(Role::Worker);
         let cluster = Cluster::join(transport, config, 0, shutdown).await?;
+        super::trace::start(Role::Worker, cluster.rank(), &config.trace);
         let servers = cluster.nodes_of(Role::Server).into_iter().cloned().collect();
         let client = Client::connect(transport, config, cluster.me().id, servers).await?;
         let watched = client.clone();
@@ -94,7 +95,13 @@ impl Worker {
     /// Blocks until every worker reached this barrier (MXNet's `_barrier`; finished workers
     /// count as arrived), as long as every node is alive; fails if a node dies meanwhile.
     pub async fn barrier(&self) -> Result<()> {
-        self.cluster.barrier(Group::WORKERS).await
+        let rec = super::trace::recorder(Role::Worker);
+        let started = rec.enabled().then(std::time::Instant::now);
+        let result = self.cluster.barrier(Group::WORKERS).await;
+        if let Some(t) = started {
+            rec.record(super::trace::Span::new(super::trace::Op::Barrier, t, std::time::Instant::now()).ok(result.is_ok()));
+        }
+        result
     }
 
     /// Stops the server connections, tells the scheduler this worker is done and waits until

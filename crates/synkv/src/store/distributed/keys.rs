@@ -22,6 +22,8 @@ use crate::{DType, NDArray, Shape, StorageType};
 #[derive(Debug)]
 pub(crate) struct KeyInfo {
     pub(crate) key: Key,
+    /// The key's display form, shared by its trace spans (`ps::trace`).
+    pub(crate) label: Arc<str>,
     pub(crate) ps: u64,
     pub(crate) shape: Shape,
     pub(crate) dtype: DType,
@@ -68,7 +70,20 @@ impl KeyInfo {
     pub(crate) fn for_test(key: Key, shape: Shape, dtype: DType, stype: StorageType, slices: Vec<Slice>) -> KeyInfo {
         let ps = ps_key(&key);
         let rounds = slices.iter().map(|_| AtomicU64::new(0)).collect();
-        KeyInfo { key, ps, shape, dtype, stype, var: Var::new(), slices, rounds, spare: Default::default(), packing: Packing::default() }
+        let label = Arc::from(key.to_string());
+        KeyInfo {
+            key,
+            label,
+            ps,
+            shape,
+            dtype,
+            stype,
+            var: Var::new(),
+            slices,
+            rounds,
+            spare: Default::default(),
+            packing: Packing::default(),
+        }
     }
 }
 
@@ -174,6 +189,7 @@ impl Registry {
             let slices = slicer::cut(&shares, max_units);
             infos.push(KeyInfo {
                 key: key.clone(),
+                label: Arc::from(key.to_string()),
                 ps,
                 shape,
                 dtype: value.dtype(),

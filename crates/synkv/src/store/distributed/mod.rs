@@ -38,6 +38,7 @@ mod init;
 mod keys;
 mod ops;
 mod reply;
+mod spans;
 mod states;
 
 pub use checkpoint::CheckpointInfo;
@@ -449,6 +450,7 @@ impl DistStore {
         let finished = block(&self.handle, worker.finish());
         // The roles this process hosts serve the other workers until the job ends.
         let hosted = self.hosted.lock().take().map_or(Ok(()), Hosted::wait);
+        crate::ps::trace::finish(Role::Worker);
         ACTIVE.store(false, Ordering::Release);
         pending?;
         finished?;

@@ -21,10 +21,11 @@ use smallvec::SmallVec;
 use super::build::{build, Budget};
 use super::keys::KeyInfo;
 use super::reply::{prepare_row_outputs, refusal, write_back};
+use super::spans::{self, Sent};
 use crate::compression::GradientCompression;
 use crate::engine::{Completion, Engine, Priority, Var};
 use crate::ps::metrics::METRICS;
-use crate::ps::{wait_each, Client};
+use crate::ps::{trace, wait_each, Client, Role};
 use crate::NDArray;
 
 /// Small keys of one call are packed into one operation up to this many elements.
@@ -123,10 +124,16 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
         if kind == Kind::RowSparsePull {
             items.iter().for_each(prepare_row_outputs);
         }
+        let rec = trace::recorder(Role::Worker);
+        let traced = rec.enabled();
+        let building = traced.then(std::time::Instant::now);
         let (msgs, places) = match build(kind, &items, priority, compression.as_ref(), ctx.budget) {
             Ok(built) => built,
             Err(e) => return done.fail(Box::new(e)),
         };
+        if let Some(started) = building {
+            spans::partitioned(rec, kind, &items, started);
+        }
         let Ctx { client, rt, .. } = ctx;
         rt.spawn(async move {
             let metrics = &METRICS.worker;
@@ -138,11 +145,17 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
             let mut first_error = None;
             let mut waiters = Vec::with_capacity(msgs.len());
             let mut sent = Vec::with_capacity(msgs.len());
+            // Per waiter, when traced: when its message left and its keys' bytes.
+            let mut traced_sent = Vec::new();
             for (m, (server, msg)) in msgs.into_iter().enumerate() {
+                let lens = if traced { msg.meta.lens.clone() } else { Vec::new() };
                 match client.start(server, msg) {
                     Ok(w) => {
                         waiters.push(w);
                         sent.push(m);
+                        if traced {
+                            traced_sent.push(Sent { at: std::time::Instant::now(), lens });
+                        }
                     }
                     Err(e) => {
                         first_error.get_or_insert(crate::Error::from(e));
@@ -153,18 +166,26 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
             // round counted) and dropped: answers never wait behind one not yet in.
             wait_each(waiters, |j, reply| {
                 let place = &places[sent[j]];
+                // The rounds the parts were pushed in, for their spans.
+                let mut pushed: SmallVec<[u64; 8]> = SmallVec::new();
                 let outcome = reply.map_err(|e| refusal(e, op, items.iter().map(|it| (it.info.ps, it.info.key.clone())))).and_then(
                     |(reply, _admission)| {
                         metrics.pull_bytes.add(reply.chunks.iter().map(|c| c.data.len() as u64).sum());
                         if matches!(kind, Kind::Push | Kind::PushPull) {
                             // The server counted these parts: their next push is the next round.
                             for &(i, part, _) in place {
-                                items[i].info.rounds[part].fetch_add(1, Ordering::AcqRel);
+                                let round = items[i].info.rounds[part].fetch_add(1, Ordering::AcqRel);
+                                if traced {
+                                    pushed.push(round);
+                                }
                             }
                         }
                         write_back(kind, &items, std::slice::from_ref(place), std::slice::from_ref(&reply)).map_err(crate::Error::from)
                     },
                 );
+                if let Some(s) = traced_sent.get(j) {
+                    spans::answered(rec, kind, &items, place, s, &pushed, outcome.is_ok());
+                }
                 if let Err(e) = outcome {
                     first_error.get_or_insert(e);
                 }
@@ -181,6 +202,9 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
                 }
                 Some(e) => {
                     metrics.failures.add(1);
+                    if let crate::Error::Dist(e) = &e {
+                        trace::dump_error(Role::Worker, e);
+                    }
                     done.fail(Box::new(e))
                 }
             }

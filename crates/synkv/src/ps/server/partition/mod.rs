@@ -22,6 +22,7 @@
 //! - **Commands**: see [`ServerCmd`] (optimizer states travel in pages, `states.rs`).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet, FxHashSet};
 use std::time::Duration;
@@ -29,6 +30,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 mod replica;
+mod spans;
 
 use self::replica::{kind, Replication, RoundChange};
 use super::core::Settings;
@@ -42,6 +44,7 @@ use crate::optimizer::{Optimizer, Updater};
 use crate::ps::checkpoint::{write_shard, Shard, ShardHeader};
 use crate::ps::node::Rank;
 use crate::ps::proto::{Chunk, Command, ErrorCode, Flags, Message};
+use crate::ps::trace::{Op, Span};
 
 /// A round's sum at least this large goes to the backup at once (its transfer overlaps the
 /// update); smaller ones are batched with the event's other rounds.
@@ -161,7 +164,7 @@ impl Partition {
             Command::Push => self.push(conn, worker, msg, false),
             Command::PushPull => self.push(conn, worker, msg, true),
             Command::Pull if msg.flags.contains(Flags::ROUND_IDS) => self.round_ids(worker, msg),
-            Command::Pull => self.pull(msg),
+            Command::Pull => self.pull(worker, msg),
             Command::ServerCommand => self.command(msg),
             other => Err(ServerError::invalid(format!("a server does not accept {other:?}"))),
         };
@@ -328,18 +331,26 @@ impl Partition {
         let keys: Vec<EntryKey> = checked.iter().map(|(k, _, _)| *k).collect();
         let pending = Pending { request_id: msg.request_id, pull_back, keys, values: vec![None; n], remaining: n, failed: None };
         self.pending.insert(req, pending);
+        let rec = spans::recorder();
         for (slot, (key, round, value)) in checked.into_iter().enumerate() {
             let Some(entry) = self.keys.get_mut(&key) else { continue };
+            let traced = rec.map(|_| {
+                (std::time::Instant::now(), Arc::clone(&entry.label), round.unwrap_or(entry.round.id), spans::checked_bytes(&value))
+            });
             if applied[slot] {
                 let value = pull_back.then(|| entry.value_chunk());
                 self.key_done(req, slot, Ok(value));
-                continue;
+            } else {
+                let place = entry.round.place(worker, round, &entry.name).unwrap_or(Place::Now);
+                let c = Contribution { worker, req, slot, value };
+                match place {
+                    Place::Now => self.contribute(key, c),
+                    Place::Next => entry.round.next.push(c),
+                }
             }
-            let place = entry.round.place(worker, round, &entry.name).unwrap_or(Place::Now);
-            let c = Contribution { worker, req, slot, value };
-            match place {
-                Place::Now => self.contribute(key, c),
-                Place::Next => entry.round.next.push(c),
+            if let (Some(rec), Some((t, label, round, bytes))) = (rec, traced) {
+                let end = std::time::Instant::now();
+                rec.record(Span::new(Op::Push, t, end).key(&label, key.1).peer(worker).bytes(bytes).round(round));
             }
         }
         Ok(None)
@@ -360,6 +371,7 @@ impl Partition {
             take_async(&mut next, worker, *round, &entry.name).map_err(|e| e.at(*key))?;
         }
         let mut out = Message::new(Command::Reply);
+        let rec = spans::recorder();
         for (key, round, value) in checked {
             let Some(entry) = self.keys.get_mut(&key) else { continue };
             if applied(entry, round) {
@@ -368,17 +380,23 @@ impl Partition {
                 }
                 continue;
             }
+            let expected = entry.async_next.get(usize::try_from(worker).unwrap_or(usize::MAX)).copied().unwrap_or(0);
             take_async(&mut entry.async_next, worker, round, &entry.name).map_err(|e| e.at(key))?;
+            let traced = rec.map(|r| (r, std::time::Instant::now(), spans::checked_bytes(&value)));
             let updater = self.updater.as_mut();
-            match value {
+            let applied = match value {
                 Checked::Dense(c) => entry.finish_dense(vec![Part::Raw(c)], false, updater, None).map(drop),
                 Checked::Packed(gc, c) => entry.finish_dense(vec![Part::Packed(gc, c)], false, updater, None).map(drop),
                 Checked::Rows(ids, data) => {
                     let rows = entry.rows_of(ids, &data)?;
                     entry.finish_rows(vec![rows], updater, false).map(drop)
                 }
+            };
+            if let Some((rec, t, bytes)) = traced {
+                let span = Span::new(Op::Update, t, std::time::Instant::now()).key(&entry.label, key.1).peer(worker);
+                rec.record(span.bytes(bytes).round(round.unwrap_or(expected)).ok(applied.is_ok()));
             }
-            .map_err(|e| e.at(key))?;
+            applied.map_err(|e| e.at(key))?;
             if pull_back {
                 push_chunk(&mut out, key, entry.value_chunk());
             }
@@ -430,7 +448,13 @@ impl Partition {
         }
         let first = !entry.round.accumulated;
         entry.round.accumulated = true;
-        if let Err(e) = entry.fold(parts, first) {
+        let started = std::time::Instant::now();
+        let folded = entry.fold(parts, first);
+        if let Some(rec) = spans::recorder() {
+            let span = Span::new(Op::Sum, started, std::time::Instant::now()).key(&entry.label, key.1);
+            rec.record(span.bytes(u64::try_from(bytes).unwrap_or(u64::MAX)).round(entry.round.id).ok(folded.is_ok()));
+        }
+        if let Err(e) = folded {
             // Every waiting request of this round learns it when the round completes.
             entry.round.failed.get_or_insert(e.at(key));
         }
@@ -459,8 +483,12 @@ impl Partition {
                 crate::ps::metrics::METRICS.server.round_wait.observe(started.elapsed());
             }
             let update_started = std::time::Instant::now();
+            let round_id = round.id;
             round.id += 1;
             let replicating = self.repl.active();
+            let rec = spans::recorder();
+            // When the sum was complete and the updater started (dense rounds, traced).
+            let mut summed_at = None;
             let result = match failed {
                 Some(e) => Err(e),
                 None if entry.is_rows() => {
@@ -472,13 +500,19 @@ impl Partition {
                     // transfer overlaps it; an assign sends the new value after.
                     let (repl, id, page) = (&mut self.repl, entry.round.id, self.settings.page_bytes);
                     let mut send_sum = |sum: Chunk| {
+                        if rec.is_some() {
+                            summed_at = Some(std::time::Instant::now());
+                        }
+                        if !replicating {
+                            return;
+                        }
                         let big = sum.data.len() >= SEND_AT_ONCE;
                         repl.add_round(key, id, RoundChange::Update(sum), page);
                         if big {
                             repl.flush();
                         }
                     };
-                    let on_sum: Option<&mut dyn FnMut(Chunk)> = if replicating { Some(&mut send_sum) } else { None };
+                    let on_sum: Option<&mut dyn FnMut(Chunk)> = if replicating || rec.is_some() { Some(&mut send_sum) } else { None };
                     entry.finish_dense(held, accumulated, self.updater.as_mut(), on_sum).map(|applied| match applied {
                         Applied::Assign if replicating => Some(RoundChange::Assign(entry.value_chunk())),
                         _ => None,
@@ -487,6 +521,11 @@ impl Partition {
             }
             .map_err(|e| e.at(key));
             crate::ps::metrics::METRICS.server.update.observe(update_started.elapsed());
+            if let Some(rec) = rec {
+                let times = (update_started, summed_at, std::time::Instant::now());
+                let bytes = entry.byte_len();
+                spans::round(rec, (&entry.label, key.1), round_id, bytes, times, self.updater.is_some(), result.is_ok());
+            }
             // The backup copy gets the round before anyone hears of it (replies wait for it).
             let result = match result {
                 Ok(change) => {
@@ -550,13 +589,15 @@ impl Partition {
         self.reply(req.0, msg);
     }
 
-    fn pull(&mut self, msg: &Message) -> Outcome {
+    fn pull(&mut self, worker: Rank, msg: &Message) -> Outcome {
         let rows = msg.flags.contains(Flags::ROW_SPARSE);
         if rows && msg.chunks.len() != msg.meta.keys.len() {
             return Err(ServerError::invalid(format!("a row_sparse pull of {} keys needs one row-id chunk per key", msg.meta.keys.len())));
         }
         let mut out = Message::new(Command::Reply);
+        let rec = spans::recorder();
         for (i, key) in entry_keys(msg).into_iter().enumerate() {
+            let started = rec.map(|_| std::time::Instant::now());
             let entry = self.keys.get(&key).ok_or_else(|| not_initialised(key))?;
             if rows {
                 let [ids, data] = entry.rows_chunks(&msg.chunks[i]).map_err(|e| e.at(key))?;
@@ -570,6 +611,11 @@ impl Partition {
                     return Err(ServerError::new(ErrorCode::ShapeMismatch, text).at(key));
                 }
                 push_chunk(&mut out, key, entry.value_chunk());
+            }
+            if let (Some(rec), Some(t)) = (rec, started) {
+                let bytes = out.meta.lens.last().copied().unwrap_or(0);
+                let span = Span::new(Op::Pull, t, std::time::Instant::now()).key(&entry.label, key.1).peer(worker).bytes(bytes);
+                rec.record(span.round(entry.round.id.saturating_sub(1)));
             }
         }
         Ok(Some(out))
