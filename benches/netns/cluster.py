@@ -225,13 +225,19 @@ def run_synkv(c, a, tmp, w, s, size, place):
         env = job_env(dict(base, DMLC_ROLE=role, DMLC_NODE_HOST=c.ip[host]))
         logs.append(os.path.join(tmp, f"synkv-{w}w{s}s-{size}-{name}.log"))
         procs.append(c.start(host, [a.synkv] + cmd, env, logs[-1]))
+    return finish_job(c, a, procs, logs, [l for l in logs if "worker" in l], "synkv", w)
+
+
+def finish_job(c, a, procs, logs, result_logs, impl, w):
+    """Waits for a job; returns the max over its W ranks of their median ms, or kills what is
+    left of a failed job (before the next one reuses the ports) and raises JobFailed."""
     err = wait_job(procs, a.timeout, logs)
-    recs = records([l for l in logs if "worker" in l], "synkv")
+    recs = records(result_logs, impl)
     if err is None and len(recs) != w:
-        err = f"{len(recs)} result lines from {w} workers"
+        err = f"{len(recs)} result lines from {w} ranks"
     if err:
-        c.kill(procs)  # the rest of a failed job, before the next one reuses the ports
-        raise JobFailed("synkv", err, logs)
+        c.kill(procs)
+        raise JobFailed("synkv" if impl == "synkv" else "gloo", err, logs)
     return max(r["median_ms"] for r in recs)
 
 
@@ -244,14 +250,7 @@ def run_gloo(c, a, tmp, w, size, place):
         logs.append(os.path.join(tmp, f"gloo-{w}w-{size}-rank{r}.log"))
         procs.append(c.start(host, [a.python, GLOO, "--worker", "--size", str(size), "--iters", str(a.iters),
                                     "--warmup", str(a.warmup), "--json"], env, logs[-1]))
-    err = wait_job(procs, a.timeout, logs)
-    recs = records(logs, "torch")
-    if err is None and len(recs) != w:
-        err = f"{len(recs)} result lines from {w} ranks"
-    if err:
-        c.kill(procs)  # the rest of a failed job, before the next one reuses the ports
-        raise JobFailed("gloo", err, logs)
-    return max(r["median_ms"] for r in recs)
+    return finish_job(c, a, procs, logs, logs, "torch", w)
 
 
 class JobFailed(Exception):
