@@ -349,7 +349,9 @@ pub(crate) fn run(args: &ChaosArgs) -> Result<()> {
 }
 
 /// Starts the job, kills one process at `kill_at` (the `pick`-th of those still running),
-/// waits for every process to end, and reports. Output it prints hides `bar` meanwhile.
+/// waits for every process to end, and reports. With replicas, `kill_at` counts from when
+/// every worker started (the scheduler starts them once every partition has a backup: a
+/// server dying before that ends the job, as it should, but it is no failover case). Output it prints hides `bar` meanwhile.
 fn one_run(
     bar: &indicatif::ProgressBar,
     args: &ChaosArgs,
@@ -365,6 +367,7 @@ fn one_run(
         RunReport { resumed_from: 0, rounds_pushed: 0, killed: None, killed_at_secs: None, survivors_exited_secs: None, finished: false };
     let all_done = |procs: &mut Vec<Proc>| procs.iter_mut().all(|p| p.poll().is_some());
     let mut killed_at = None;
+    let mut clock = (!args.replicas).then_some(started);
     while !all_done(&mut procs) {
         if Instant::now() > deadline {
             bar.suspend(|| dump(&procs));
@@ -390,8 +393,12 @@ fn one_run(
                 bail!("{label} failed before any kill (output above)");
             }
         }
-        if let (Some(at), None) = (kill_at, killed_at) {
-            if started.elapsed() >= at {
+        if args.replicas && clock.is_none() {
+            let workers_started = procs.iter().filter(|p| p.label.starts_with("worker")).all(|p| p.output().contains("starts after round"));
+            clock = workers_started.then(Instant::now);
+        }
+        if let (Some(at), None, Some(clock)) = (kill_at, killed_at, clock) {
+            if clock.elapsed() >= at {
                 let mut running: Vec<&mut Proc> =
                     procs.iter_mut().filter(|p| p.status.is_none() && (!args.replicas || p.label.starts_with("server"))).collect();
                 if !running.is_empty() {

@@ -20,7 +20,10 @@
 //! new holders, and servers promote their copies and send copies to new backups. A partition
 //! whose backup changed is *unprotected* until its new backup reports `ReplicaReady`; the
 //! death of a server holding an unprotected partition, or of the last server, ends the job
-//! with `NodeDead` as without replicas.
+//! with `NodeDead` as without replicas. The job starts protected: at rendezvous the servers
+//! get the node list at once, and the workers only when every partition has reported its
+//! first complete backup copy (a server restored from a checkpoint holds data its backup does
+//! not have yet), so no worker's update ever lands on a partition without a backup.
 //!
 //! **Barriers** are idempotent per request: a node's barrier request id that is already
 //! waiting is ignored, and one that was already released is released again (a retry after a
@@ -103,6 +106,10 @@ pub(super) struct Core {
     away: BTreeMap<crate::ps::node::Rank, (Node, Instant)>,
     /// The node list sent at rendezvous (every node, dead or alive), kept for rejoins.
     formed: Vec<Node>,
+    /// With replicas, the workers whose node list waits until every partition has a complete
+    /// backup, and the deadline for that.
+    held: Vec<ConnId>,
+    held_until: Option<Instant>,
 }
 
 impl Core {
@@ -123,6 +130,8 @@ impl Core {
             unprotected: if config.replicas > 0 { (0..config.num_servers).collect() } else { BTreeSet::new() },
             away: BTreeMap::new(),
             formed: Vec::new(),
+            held: Vec::new(),
+            held_until: None,
             config,
         }
     }
@@ -290,10 +299,36 @@ impl Core {
         self.formed = list.clone();
         self.phase = Phase::Running;
         tracing::info!("cluster formed: {} servers, {} workers", self.config.num_servers, self.config.num_workers);
+        let hold = !self.unprotected.is_empty();
         for (conn, node) in conns.into_iter().zip(nodes) {
-            if let Err(reason) = self.send(conn, Message::node_list(list.clone(), node.id)) {
-                tracing::warn!("could not send the node list to {node}: {reason}");
+            if hold && node.role == Role::Worker {
+                self.held.push(conn);
+            } else {
+                self.send_node_list(conn);
             }
+        }
+        if hold {
+            tracing::info!("the workers start once every partition has a complete backup copy");
+            self.held_until = Some(now + self.config.timeout);
+        }
+    }
+
+    fn send_node_list(&mut self, conn: ConnId) {
+        let Some(node) = self.peers.get(&conn).map(|p| p.node.clone()) else { return };
+        if let Err(reason) = self.send(conn, Message::node_list(self.formed.clone(), node.id)) {
+            tracing::warn!("could not send the node list to {node}: {reason}");
+        }
+    }
+
+    /// Every partition is protected: the held workers get their node lists.
+    fn release_held(&mut self) {
+        if !self.unprotected.is_empty() || self.held.is_empty() {
+            return;
+        }
+        tracing::info!("every partition has a complete backup copy: the workers start");
+        self.held_until = None;
+        for conn in std::mem::take(&mut self.held) {
+            self.send_node_list(conn);
         }
     }
 
@@ -316,7 +351,8 @@ impl Core {
             Command::ReplicaReady if node.role == Role::Server && self.phase == Phase::Running => {
                 let partition = u32::try_from(msg.meta.head).unwrap_or(u32::MAX);
                 if node.rank.is_some() && self.topology.backup(partition) == node.rank && self.unprotected.remove(&partition) {
-                    tracing::info!("partition {partition} has a complete backup again, on {node}");
+                    tracing::info!("partition {partition} has a complete backup, on {node}");
+                    self.release_held();
                 }
                 return Outcome::Continue;
             }
@@ -497,6 +533,13 @@ impl Core {
             self.broadcast(|_| Some(Message::error(0, text.clone())));
             return Outcome::Done(Err(Error::timeout(what, self.config.timeout)));
         }
+        if self.held_until.is_some_and(|until| now >= until) {
+            let what = format!("the servers' first backup copies (partitions {:?} have none)", self.unprotected);
+            let text = format!("timed out after {:?} waiting for {what}", self.config.timeout);
+            tracing::error!("{text}");
+            self.broadcast(|_| Some(Message::error(0, text.clone())));
+            return Outcome::Done(Err(Error::timeout(what, self.config.timeout)));
+        }
         if let Some((rank, (node, _))) =
             self.away.iter().find(|(_, (_, since))| now.saturating_duration_since(*since) > self.config.timeout)
         {
@@ -646,6 +689,69 @@ mod tests {
         }
         match core.on_tick(later) {
             Outcome::Done(Err(Error::LostPeer { reason, .. })) => assert!(reason.contains("no restarted worker took rank 1"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Registers 2 servers and 1 worker with replicas; returns the core and the outbox
+    /// receivers (conn 1, 2 = servers, 3 = worker).
+    fn replicated() -> (Core, Vec<OutboxRx>) {
+        let mut c = config();
+        c.num_servers = 2;
+        c.num_workers = 1;
+        c.replicas = 1;
+        let now = Instant::now();
+        let mut core = Core::new(c, now);
+        let mut rxs = Vec::new();
+        for (conn, (role, task)) in [(Role::Server, 0), (Role::Server, 1), (Role::Worker, 0)].into_iter().enumerate() {
+            let (outbox, rx) = Outbox::bounded(64, 1 << 20);
+            let node = Node::unassigned(role, "127.0.0.1", 0, Some(task));
+            let conn = ConnId::try_from(conn + 1).unwrap();
+            assert!(matches!(
+                core.on_event(Event::Registered { conn, node, outbox, token: CancellationToken::new() }, now),
+                Outcome::Continue
+            ));
+            rxs.push(rx);
+        }
+        (core, rxs)
+    }
+
+    fn replica_ready(partition: u32) -> Message {
+        let mut m = Message::new(Command::ReplicaReady);
+        m.meta.head = i32::try_from(partition).unwrap();
+        m
+    }
+
+    #[test]
+    fn with_replicas_the_workers_start_only_once_every_partition_has_a_complete_backup() {
+        let (mut core, mut rxs) = replicated();
+        for rx in &mut rxs[..2] {
+            assert_eq!(rx.try_recv().map(|m| m.command), Some(Command::NodeList), "servers start at once");
+        }
+        assert!(rxs[2].try_recv().is_none(), "the worker waits for the backups");
+        // The backup of each partition is the other server; a report from the wrong one is ignored.
+        let conn_of = |core: &Core, rank: u32| core.peers.iter().find(|(_, p)| p.node.rank == Some(rank)).map(|(c, _)| *c).unwrap();
+        let backup = |core: &Core, p: u32| core.topology.backup(p).unwrap();
+        let (b0, b1) = (backup(&core, 0), backup(&core, 1));
+        let wrong = conn_of(&core, 1 - b0);
+        send(&mut core, wrong, replica_ready(0));
+        let first = conn_of(&core, b0);
+        send(&mut core, first, replica_ready(0));
+        assert!(rxs[2].try_recv().is_none(), "partition 1 has no backup yet");
+        let second = conn_of(&core, b1);
+        send(&mut core, second, replica_ready(1));
+        assert_eq!(rxs[2].try_recv().map(|m| m.command), Some(Command::NodeList), "now the worker starts");
+    }
+
+    #[test]
+    fn with_replicas_backups_that_never_complete_end_the_job_after_the_timeout() {
+        let (mut core, _rxs) = replicated();
+        let later = Instant::now() + core.config.timeout + std::time::Duration::from_secs(1);
+        for conn in [1, 2, 3] {
+            let _ = core.on_event(Event::Message { conn, msg: Message::new(Command::Heartbeat) }, later);
+        }
+        match core.on_tick(later) {
+            Outcome::Done(Err(e)) => assert!(e.to_string().contains("first backup copies"), "{e}"),
             other => panic!("{other:?}"),
         }
     }
