@@ -21,4 +21,5 @@ mod replication;
 mod restarts;
 mod rogue;
 mod security;
+mod shm;
 mod trace_files;

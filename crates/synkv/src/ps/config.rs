@@ -91,6 +91,12 @@ pub struct Config {
     /// `SYNKV_SERVER_REPLICAS`: backup copies of every partition on other servers (0 or 1).
     /// With 1, a dead server's partitions move to their backups and the job goes on.
     pub replicas: u32,
+    /// `SYNKV_SHM` (default 1): a worker offers each server a shared-memory segment for the
+    /// bulk bytes of data frames; a server on the same host maps it and offers its own.
+    pub shm: bool,
+    /// `SYNKV_SHM_BYTES`: each segment's size (default 16 partitions); pages are used as
+    /// needed, a chunk that does not fit travels on the connection.
+    pub shm_bytes: u64,
     /// `SYNKV_WORKER_RESTARTS`: a dead worker may be restarted (`synkv launch
     /// --max-restarts`): its death does not end the job; rounds and barriers stop waiting for
     /// it until a new process takes its rank.
@@ -302,6 +308,9 @@ impl Config {
                 "0, or at least 2 servers",
             ));
         }
+        let shm = number::<u32>(get, "SYNKV_SHM", Some(1), (0, 1), "0 or 1")?.unwrap_or(1) == 1;
+        let shm_bytes = number::<u64>(get, "SYNKV_SHM_BYTES", None, (1 << 20, 1 << 40), "bytes in 1048576..=1099511627776")?
+            .unwrap_or_else(|| (16 * partition_bytes).clamp(64 << 20, 4 << 30));
         let worker_restarts = number::<u32>(get, "SYNKV_WORKER_RESTARTS", Some(0), (0, 1), "0 or 1")?.unwrap_or(0) == 1;
         let trace = trace_settings(get)?;
         Ok(Config {
@@ -325,6 +334,8 @@ impl Config {
             checkpoint_dir,
             checkpoint_interval,
             replicas,
+            shm,
+            shm_bytes,
             worker_restarts,
             placement: None,
             trace,

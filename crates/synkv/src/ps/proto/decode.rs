@@ -160,11 +160,13 @@ pub fn parse(frame: Bytes, limits: &Limits) -> Result<Message, DecodeError> {
     if c.pos != frame.len() {
         return Err(DecodeError::TrailingBytes { count: u64::try_from(frame.len() - c.pos).unwrap_or(u64::MAX) });
     }
-    if !keys.is_empty() && !chunks.is_empty() {
-        let key_sum = lens.iter().try_fold(0u64, |a, l| a.checked_add(*l)).ok_or(DecodeError::Overflow { field: "key lengths" })?;
-        if key_sum != chunk_sum {
-            return Err(DecodeError::LengthMismatch { field: "key lengths and chunk lengths" });
+    if header.flags.contains(Flags::SHM) {
+        // Descriptors: the transport checks the lengths once it read the bytes in place.
+        if chunks.is_empty() || chunks.iter().any(|c| c.data.len() != SHM_DESCRIPTOR_LEN) {
+            return Err(DecodeError::LengthMismatch { field: "shared-memory descriptors" });
         }
+    } else {
+        check_key_lengths(&lens, chunks.is_empty(), chunk_sum)?;
     }
     Ok(Message {
         command: header.command,
@@ -176,4 +178,35 @@ pub fn parse(frame: Bytes, limits: &Limits) -> Result<Message, DecodeError> {
         meta: Meta { keys, lens, offsets, rounds, priority, head, nodes, text },
         chunks,
     })
+}
+
+/// Length of one shared-memory descriptor chunk (`Flags::SHM`).
+pub(super) const SHM_DESCRIPTOR_LEN: usize = crate::ps::transport::shm::DESCRIPTOR_LEN;
+
+/// The key lengths must add up to the chunk bytes when a message has both.
+fn check_key_lengths(lens: &[u64], no_chunks: bool, chunk_sum: u64) -> Result<(), DecodeError> {
+    if lens.is_empty() || no_chunks {
+        return Ok(());
+    }
+    let key_sum = lens.iter().try_fold(0u64, |a, l| a.checked_add(*l)).ok_or(DecodeError::Overflow { field: "key lengths" })?;
+    if key_sum != chunk_sum {
+        return Err(DecodeError::LengthMismatch { field: "key lengths and chunk lengths" });
+    }
+    Ok(())
+}
+
+impl Message {
+    /// Checks a message whose chunks the transport replaced (shared memory): each chunk's
+    /// length fits its dtype, and the key lengths add up to the chunks' bytes.
+    pub fn check_chunks(&self) -> Result<(), DecodeError> {
+        let mut sum: u64 = 0;
+        for c in &self.chunks {
+            let len = u64::try_from(c.data.len()).map_err(|_| DecodeError::Overflow { field: "chunk length" })?;
+            if len % c.dtype.size() != 0 {
+                return Err(DecodeError::LengthMismatch { field: "chunk length and dtype size" });
+            }
+            sum = sum.checked_add(len).ok_or(DecodeError::Overflow { field: "chunk lengths" })?;
+        }
+        check_key_lengths(&self.meta.lens, self.chunks.is_empty(), sum)
+    }
 }

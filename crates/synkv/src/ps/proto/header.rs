@@ -9,7 +9,7 @@ use crate::ps::node::NodeId;
 /// The four bytes every frame starts with.
 pub const MAGIC: [u8; 4] = *b"SKV1";
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 4;
+pub const PROTOCOL_VERSION: u16 = 5;
 /// Size of the fixed header in bytes.
 pub const HEADER_LEN: usize = 40;
 /// [`HEADER_LEN`] as a `u64`, for length arithmetic.
@@ -77,11 +77,14 @@ pub enum Command {
     WorkerAway,
     /// Scheduler → node: a restarted worker took its rank again.
     WorkerBack,
+    /// Worker → server, first after the handshake, and the server's answer: here is my
+    /// shared-memory segment (text: pid, fd, size, token as JSON); map it if you can.
+    Shm,
 }
 
 impl Command {
     /// Every command, for tests and documentation.
-    pub const ALL: [Command; 25] = [
+    pub const ALL: [Command; 26] = [
         Command::Register,
         Command::NodeList,
         Command::Barrier,
@@ -107,6 +110,7 @@ impl Command {
         Command::ReplicaReady,
         Command::WorkerAway,
         Command::WorkerBack,
+        Command::Shm,
     ];
 
     /// The wire code.
@@ -137,6 +141,7 @@ impl Command {
             Command::ReplicaReady => 26,
             Command::WorkerAway => 27,
             Command::WorkerBack => 28,
+            Command::Shm => 29,
         }
     }
 }
@@ -177,8 +182,11 @@ impl Flags {
     /// A `Pull` asking, per key part, for the round id the sender's next push must carry
     /// (a restarted worker picking up its predecessor's count); answered in `meta.rounds`.
     pub const ROUND_IDS: Flags = Flags(0x80);
+    /// Every chunk is a descriptor of bytes in the sender's shared-memory segment
+    /// (`transport/shm.rs`), read in place by the receiving transport, which clears the flag.
+    pub const SHM: Flags = Flags(0x100);
     /// Every bit this version understands.
-    pub const KNOWN: Flags = Flags(0xFF);
+    pub const KNOWN: Flags = Flags(0x1FF);
 
     /// The raw bits.
     pub const fn bits(self) -> u16 {

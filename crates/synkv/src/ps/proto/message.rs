@@ -251,7 +251,12 @@ impl Message {
             chunk_sum = chunk_sum.saturating_add(len);
             body = body.saturating_add(pad8(len).unwrap_or(u64::MAX));
         }
-        if !m.keys.is_empty() && !self.chunks.is_empty() && m.lens.iter().try_fold(0u64, |a, l| a.checked_add(*l)) != Some(chunk_sum) {
+        // With SHM the chunks are descriptors; the receiving transport checks the real lengths.
+        if !self.flags.contains(Flags::SHM)
+            && !m.keys.is_empty()
+            && !self.chunks.is_empty()
+            && m.lens.iter().try_fold(0u64, |a, l| a.checked_add(*l)) != Some(chunk_sum)
+        {
             return Err(EncodeError::LengthMismatch { field: "key lengths and chunk lengths" });
         }
         let max_body = limits.max_frame_bytes.saturating_sub(usize_u64(HEADER_LEN));

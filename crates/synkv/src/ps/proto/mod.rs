@@ -27,7 +27,7 @@
 //! | 0      | magic        | [u8; 4] | `b"SKV1"`                                              |
 //! | 4      | version      | u16     | [`PROTOCOL_VERSION`] (4)                               |
 //! | 6      | command      | u16     | a [`Command`] code (table below)                       |
-//! | 8      | flags        | u16     | known [`Flags`] bits only (`0x00FF`)                   |
+//! | 8      | flags        | u16     | known [`Flags`] bits only (`0x01FF`)                   |
 //! | 10     | partition    | u16     | 0 = none; p + 1 = the server partition p it is about   |
 //! | 12     | sender       | u32     | any; 0 = not assigned yet (ids as spec K8.5)           |
 //! | 16     | request id   | u64     | any; a reply echoes its request's id                   |
@@ -85,6 +85,7 @@
 //! | 26   | `ReplicaReady`     | server → scheduler   | head = partition whose backup copy on the sender is complete |
 //! | 27   | `WorkerAway`       | scheduler → node     | nodes = [the worker]: it died and may be restarted (`SYNKV_WORKER_RESTARTS=1`); rounds and barriers stop waiting for it |
 //! | 28   | `WorkerBack`       | scheduler → node     | nodes = [the worker]: a restarted worker holds its rank again |
+//! | 29   | `Shm`              | worker → server → worker | text = the sender's shared-memory segment as JSON (pid, fd, size, token); first frame after the handshake; the server answers with its own, or an `Error` (then both stay on the stream) |
 //!
 //! `NodeDead` also travels server → worker: a server that stops because a node died tells its
 //! workers which one before it closes their connections.
@@ -100,6 +101,7 @@
 //! | 0x0020 | `ROUNDS`     | the meta carries round ids (set by the encoder when `Meta::rounds` is non-empty); `OFFSETS` and `ROUNDS` on a frame without keys are refused |
 //! | 0x0040 | `RETRY`      | a request re-sent after a failover: a push whose round was already applied is answered as done, not refused as a duplicate |
 //! | 0x0080 | `ROUND_IDS`  | a `Pull` asking for the round id the sender's next push of each key part must carry (`meta.rounds` in the reply): a restarted worker continues its predecessor's count |
+//! | 0x0100 | `SHM`        | every chunk is a 32-byte descriptor (slot offset, slot sequence number, start, length; u64 LE) of bytes in a slot of the sender's shared-memory segment (all chunks of a frame in one slot); the receiving transport reads them in place and clears the flag |
 //!
 //! A worker's data request names its partition (header offset 10): the server rank the slicer
 //! placed the key parts on. With replicas, a server may serve several partitions (its own and

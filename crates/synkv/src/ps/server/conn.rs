@@ -10,6 +10,9 @@
 //! still allows one (mini-redis's rule); an unknown command gets an `Error` reply and the
 //! connection stays open.
 //!
+//! A worker's first frame may be `Shm`, an offer of shared memory for the bulk bytes of its
+//! data frames (`transport/share.rs`); it is answered before any other frame.
+//!
 //! Memory: each frame is admitted by the server's [`Ingress`] budget before its body is read,
 //! and events wait for room in the core's bounded queue, so a flooding or fast client is
 //! slowed down by TCP, never buffered without bound. Replies wait in the connection's
@@ -27,7 +30,7 @@ use super::error::ServerError;
 use crate::ps::auth::Identity;
 use crate::ps::node::{NodeId, Rank, Role};
 use crate::ps::proto::{Command, ErrorCode, Message};
-use crate::ps::transport::{drain, Connection, Drained, Ingress, Outbox, Pending};
+use crate::ps::transport::{drain, share, Connection, Drained, Ingress, Outbox, Pending};
 use crate::ps::{auth, Config, Error};
 
 /// Everything a connection task needs.
@@ -79,6 +82,8 @@ impl ConnTask {
         let (mut reader, mut writer) = conn.into_split();
         writer.set_stall_timeout(Some(config.timeout));
         reader.set_stall_timeout(Some(config.timeout));
+        let shm_slot = writer.shm_slot();
+        let mut shm_offered = false;
         let (outbox, rx) = Outbox::soft(config.outbox_bytes());
         if events.send(Event::Opened { conn: id, outbox: outbox.clone(), close: token.clone() }).await.is_err() {
             return;
@@ -132,6 +137,23 @@ impl ConnTask {
             let (ev, ack) = match (role, msg.command) {
                 (Role::Worker, Command::Push | Command::Pull | Command::PushPull | Command::ServerCommand) => {
                     (Event::Request { conn: id, worker: rank, msg, admission }, None)
+                }
+                (Role::Worker, Command::Shm) if !shm_offered => {
+                    // Shared memory for the bulk bytes (`transport/share.rs`): asked once.
+                    shm_offered = true;
+                    let (answer, segments) = share::answer(&msg, &config);
+                    match segments {
+                        Some((outgoing, incoming)) => {
+                            reader.set_shm(incoming);
+                            let _ = outbox.try_send(answer);
+                            let _ = shm_slot.set(outgoing);
+                            tracing::debug!("worker rank {rank} at {peer} exchanges bulk bytes through shared memory");
+                        }
+                        None => {
+                            let _ = outbox.try_send(answer);
+                        }
+                    }
+                    continue;
                 }
                 (Role::Server, Command::Replicate) => {
                     let ack = super::link::ack(&msg);

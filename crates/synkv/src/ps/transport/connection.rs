@@ -8,6 +8,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::reader::FrameReader;
 use super::seal::Seal;
+use super::shm::{Incoming, Outgoing};
 use super::writer::FrameWriter;
 use crate::ps::proto::{Limits, Message};
 use crate::ps::Result;
@@ -71,6 +72,13 @@ impl Connection {
         let seal = Arc::new(seal);
         self.reader.set_seal(Arc::clone(&seal));
         self.writer.set_seal(seal);
+    }
+
+    /// Reads frames flagged `SHM` from the peer's segment `incoming` and writes the bulk
+    /// bytes of data frames into this side's `outgoing` (which the peer mapped).
+    pub fn set_shm(&mut self, outgoing: Outgoing, incoming: Incoming) {
+        self.reader.set_shm(incoming);
+        let _ = self.writer.shm_slot().set(outgoing);
     }
 
     /// Splits into independently usable halves.
@@ -226,5 +234,39 @@ mod tests {
         drop(admitted);
         let (second, _) = rx.reader.read_admitted(&ingress).await.unwrap().unwrap();
         assert_eq!(second, big_message(300_000));
+    }
+
+    #[tokio::test]
+    async fn data_frames_travel_through_shared_memory_and_a_forged_shm_frame_is_refused() {
+        use super::super::shm::{Incoming, Outgoing};
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let mut tx = Connection::new(a, "a", Limits::default());
+        let mut rx = Connection::new(b, "b", Limits::default());
+        let (a_out, b_out) = (Outgoing::create(1 << 20).unwrap(), Outgoing::create(1 << 20).unwrap());
+        let (a_in, b_in) = (Incoming::open(&b_out.offer()).unwrap(), Incoming::open(&a_out.offer()).unwrap());
+        tx.set_shm(a_out, a_in);
+        rx.set_shm(b_out, b_in);
+        let big = big_message(100_000);
+        let writer = tokio::spawn(async move {
+            tx.write_message(&big_message(100_000)).await.unwrap();
+            tx.write_message(&big_message(3)).await.unwrap(); // small: on the stream
+            tx
+        });
+        assert_eq!(rx.read_message().await.unwrap(), Some(big));
+        assert_eq!(rx.read_message().await.unwrap(), Some(big_message(3)));
+        let mut tx = writer.await.unwrap();
+        // A frame flagged SHM on a connection whose reader has no segment.
+        let (c, d) = tokio::io::duplex(1 << 16);
+        let mut plain = Connection::new(d, "plain", Limits::default());
+        let mut forged = big_message(1);
+        forged.flags = crate::ps::proto::Flags::SHM;
+        forged.meta.lens = vec![28, 4];
+        forged.chunks = vec![Chunk::bytes(Bytes::from(vec![0u8; 32])), Chunk::bytes(Bytes::from(vec![0u8; 32]))];
+        let mut raw = Connection::new(c, "forger", Limits::default());
+        raw.write_message(&forged).await.unwrap();
+        assert!(matches!(plain.read_message().await, Err(Error::Protocol { .. })));
+        // And descriptors that name no slot, on a connection that has one.
+        tx.write_message(&forged).await.unwrap();
+        assert!(matches!(rx.read_message().await, Err(Error::Protocol { .. })));
     }
 }

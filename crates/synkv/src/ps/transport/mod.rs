@@ -5,8 +5,8 @@
 //! transport only binds, connects and carries whole [`Message`](super::proto::Message)s.
 //! [`TcpTransport`] is the real one (TCP_NODELAY, 4 MiB socket buffers); [`MemTransport`]
 //! connects tasks in one process through in-memory pipes, for tests that run on paused tokio
-//! time (real sockets and paused time do not mix) and for single-process clusters. Shared
-//! memory can slot in later as another implementation.
+//! time (real sockets and paused time do not mix) and for single-process clusters. Peers on
+//! one host move the bulk bytes of data frames through shared memory (`shm.rs`) under either.
 //!
 //! ## Organization
 //! - `reader.rs` — [`FrameReader`]: frames held only as their bytes arrive; [`Ingress`], a
@@ -18,6 +18,9 @@
 //! - `gate.rs` — [`Gate`]: bounds on connections pending their handshake (in total, per peer
 //!   address, in time) and on established ones.
 //! - `accept.rs` — [`accept_loop`], the single accept loop (a pending place per connection).
+//! - `shm.rs` — shared-memory segments: a worker and a server on one host exchange the bulk
+//!   bytes of data frames through them (`SYNKV_SHM`), the frames carrying descriptors;
+//!   `share.rs` agrees on them when a worker connects.
 //!
 //! Addresses are `host:port` strings throughout, as the `DMLC_*` variables give them.
 
@@ -27,6 +30,8 @@ mod gate;
 mod mem;
 mod reader;
 mod seal;
+pub mod share;
+pub mod shm;
 mod tcp;
 mod writer;
 

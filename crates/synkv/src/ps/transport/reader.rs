@@ -27,7 +27,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::seal::{FrameDigest, Seal, HASH_STEP, TRAILER_LEN};
-use crate::ps::proto::{check, parse, Header, Limits, Message, HEADER_LEN};
+use super::shm::{Descriptor, Incoming, ShmError};
+use crate::ps::proto::{check, parse, DecodeError, Flags, Header, Limits, Message, HEADER_LEN};
 use crate::ps::{AuthError, Error, Result};
 
 /// Bytes a read may take beyond the end of the current frame (the start of the next one).
@@ -143,6 +144,8 @@ pub struct FrameReader {
     seal: Option<Arc<Seal>>,
     /// The digest of the current frame's bytes received so far (sealed connections).
     digest: FrameDigest,
+    /// The peer's shared-memory segment, once mapped: frames flagged `SHM` are read from it.
+    shm: Option<Arc<Incoming>>,
 }
 
 impl fmt::Debug for FrameReader {
@@ -162,7 +165,13 @@ impl FrameReader {
             stall: None,
             seal: None,
             digest: FrameDigest::default(),
+            shm: None,
         }
+    }
+
+    /// From now on frames flagged `SHM` are read in place from `segment`.
+    pub fn set_shm(&mut self, segment: Incoming) {
+        self.shm = Some(Arc::new(segment));
     }
 
     /// From now on every frame must carry a trailer that `seal` opens.
@@ -308,7 +317,42 @@ impl FrameReader {
             self.buffer = BytesMut::from(&self.buffer[..]);
             ingress.keep(&frame);
         }
-        parse(frame, &self.limits).map(Some).map_err(protocol)
+        let msg = parse(frame, &self.limits).map_err(protocol)?;
+        if msg.flags.contains(Flags::SHM) {
+            return self.read_shm(msg).map(Some);
+        }
+        Ok(Some(msg))
+    }
+
+    /// Replaces a `SHM` frame's descriptors by the bytes they name, in place.
+    fn read_shm(&self, mut msg: Message) -> Result<Message> {
+        let protocol = |e| Error::protocol(self.peer.to_string(), e);
+        let Some(segment) = &self.shm else {
+            return Err(protocol(DecodeError::InvalidField { field: "flags SHM without a shared-memory segment", value: 0x100 }));
+        };
+        let bad = |e: ShmError| {
+            tracing::warn!("{}: {e}", self.peer);
+            protocol(DecodeError::InvalidField { field: "shared-memory descriptor", value: 0 })
+        };
+        // Every chunk of a frame lies in one slot, taken once.
+        let mut slot: Option<(Descriptor, Bytes)> = None;
+        for chunk in &mut msg.chunks {
+            let d = Descriptor::decode(&chunk.data).map_err(bad)?;
+            let data = match &slot {
+                Some((first, taken)) if (first.offset, first.seq) == (d.offset, d.seq) => Incoming::chunk(taken, &d),
+                Some(_) => Err(ShmError::Descriptor(format!("{d:?} names another slot than the frame's first chunk"))),
+                None => {
+                    let taken = segment.take(&d).map_err(bad)?;
+                    let data = Incoming::chunk(&taken, &d);
+                    slot = Some((d, taken));
+                    data
+                }
+            };
+            chunk.data = data.map_err(bad)?;
+        }
+        msg.flags = msg.flags.without(Flags::SHM);
+        msg.check_chunks().map_err(protocol)?;
+        Ok(msg)
     }
 
     /// Makes room for the next read of a frame of `want` bytes: a free allocation of an

@@ -13,16 +13,17 @@
 use std::fmt;
 use std::io::IoSlice;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes};
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::seal::{FrameDigest, Seal, HASH_STEP};
-use crate::ps::proto::{EncodeError, Limits, Message};
+use super::shm::{Descriptor, Outgoing, DESCRIPTOR_LEN};
+use crate::ps::proto::{Chunk, Command, EncodeError, Flags, Limits, Message};
 use crate::ps::{Error, Result};
 
 /// Most slices handed to one vectored write (below every platform's IOV_MAX).
@@ -42,6 +43,9 @@ pub struct FrameWriter {
     stall: Option<Duration>,
     /// After the handshake: every frame is followed by its trailer (`seal.rs`).
     seal: Option<Arc<Seal>>,
+    /// This side's shared-memory segment, once the peer mapped it: the bulk bytes of data
+    /// frames go through it (`shm.rs`). Settable after the split ([`FrameWriter::shm_slot`]).
+    shm: Arc<OnceLock<Outgoing>>,
 }
 
 impl fmt::Debug for FrameWriter {
@@ -52,7 +56,13 @@ impl fmt::Debug for FrameWriter {
 
 impl FrameWriter {
     pub(super) fn new(io: Box<dyn AsyncWrite + Send + Unpin>, peer: Arc<str>, limits: Limits) -> FrameWriter {
-        FrameWriter { io, limits, peer, stall: None, seal: None }
+        FrameWriter { io, limits, peer, stall: None, seal: None, shm: Arc::default() }
+    }
+
+    /// Where this writer's shared-memory segment goes once the peer mapped it; a frame written
+    /// after it is set may carry descriptors into it.
+    pub fn shm_slot(&self) -> Arc<OnceLock<Outgoing>> {
+        Arc::clone(&self.shm)
     }
 
     /// From now on every frame is followed by a trailer sealed with `seal`.
@@ -84,6 +94,8 @@ impl FrameWriter {
     /// written (the connection stays usable). Not cancel-safe: a cancelled write may leave
     /// half a frame, so the connection must then be dropped.
     pub async fn write_message(&mut self, msg: &Message) -> Result<()> {
+        let via_shm = self.shm.get().and_then(|segment| into_shm(segment, msg));
+        let msg = via_shm.as_ref().unwrap_or(msg);
         let mut segments: Vec<Bytes> = Vec::with_capacity(1 + 2 * msg.chunks.len());
         segments.push(msg.encode_head(&self.limits)?.freeze());
         for chunk in &msg.chunks {
@@ -118,6 +130,33 @@ impl FrameWriter {
         self.io.shutdown().await?;
         Ok(())
     }
+}
+
+/// Data frames with at least this many chunk bytes travel through shared memory.
+pub(crate) const SHM_MIN_BYTES: usize = 32 << 10;
+
+/// `msg` with its chunks copied into `segment` and replaced by descriptors, if it is a data
+/// frame large enough and the segment has room (else it travels whole on the stream).
+fn into_shm(segment: &Outgoing, msg: &Message) -> Option<Message> {
+    let data = matches!(msg.command, Command::Push | Command::PushPull | Command::Reply);
+    let bytes: usize = msg.chunks.iter().map(|c| c.data.len()).sum();
+    // Many tiny chunks (small keys) cost more in descriptors than they save.
+    let worth = bytes >= SHM_MIN_BYTES && bytes >= 8 * DESCRIPTOR_LEN * msg.chunks.len();
+    if !data || msg.flags.contains(Flags::INIT) || msg.flags.contains(Flags::SHM) || !worth {
+        return None;
+    }
+    let data: Vec<&[u8]> = msg.chunks.iter().map(|c| &c.data[..]).collect();
+    let placed: Vec<Descriptor> = segment.put(&data)?;
+    let mut wire = BytesMut::with_capacity(placed.len() * DESCRIPTOR_LEN);
+    placed.iter().for_each(|d| wire.extend_from_slice(&d.encode()));
+    let wire = wire.freeze();
+    let chunks = msg
+        .chunks
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Chunk { dtype: c.dtype, data: wire.slice(i * DESCRIPTOR_LEN..(i + 1) * DESCRIPTOR_LEN) })
+        .collect();
+    Some(Message { chunks, flags: msg.flags.with(Flags::SHM), meta: msg.meta.clone(), ..*msg })
 }
 
 fn no_progress() -> std::io::Error {

@@ -35,7 +35,7 @@ use tokio_util::task::TaskTracker;
 use crate::ps::node::{Node, NodeId, Role};
 use crate::ps::proto::{Command, Flags, Message};
 use crate::ps::topology::Topology;
-use crate::ps::transport::{drain, Admission, Drained, FrameReader, Ingress, Outbox, Transport};
+use crate::ps::transport::{drain, share, Admission, Drained, FrameReader, Ingress, Outbox, Transport};
 use crate::ps::{auth, Config, Error, Result};
 
 type Reply = oneshot::Sender<Result<(Message, Admission)>>;
@@ -207,7 +207,10 @@ impl Client {
         let tracker = TaskTracker::new();
         let mut halves = Vec::with_capacity(servers.len());
         for node in &servers {
-            let conn = auth::dial(transport, node, config, auth::Identity::new(Role::Worker, me), "a connection to").await?;
+            let mut conn = auth::dial(transport, node, config, auth::Identity::new(Role::Worker, me), "a connection to").await?;
+            if config.shm && share::offer(&mut conn, config, me, config.timeout).await? {
+                tracing::debug!("bulk bytes to and from {node} go through shared memory");
+            }
             halves.push(conn.into_split());
         }
         let mut links = Vec::with_capacity(servers.len());
@@ -238,7 +241,9 @@ impl Client {
         });
         for (i, (reader, mut writer, rx)) in tasks.into_iter().enumerate() {
             let server = u32::try_from(i).unwrap_or(u32::MAX);
-            tracker.spawn(read_loop(reader, Arc::clone(&inner), server));
+            // Ends this server's writer (and frees its shared memory) once its reader ended.
+            let link = inner.stop.child_token();
+            tracker.spawn(read_loop(reader, Arc::clone(&inner), server, link.clone()));
             writer.set_stall_timeout(Some(config.timeout));
             let inner = Arc::clone(&inner);
             tracker.spawn(async move {
@@ -247,7 +252,7 @@ impl Client {
                     inner.answer(m.request_id, Err(Error::Encode(*e)));
                     None
                 };
-                if let Drained::Failed(e) = drain(writer, rx, inner.stop.clone(), unsendable).await {
+                if let Drained::Failed(e) = drain(writer, rx, link, unsendable).await {
                     lose(&inner, server, format!("write failed: {e}"));
                 }
             });
@@ -387,7 +392,8 @@ impl Waiter {
     }
 }
 
-async fn read_loop(mut reader: FrameReader, inner: Arc<Inner>, server: u32) {
+async fn read_loop(mut reader: FrameReader, inner: Arc<Inner>, server: u32, link: CancellationToken) {
+    let _writer = link.drop_guard();
     let reason = loop {
         let read = tokio::select! {
             r = reader.read_admitted(&inner.ingress) => r,
