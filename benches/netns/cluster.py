@@ -22,7 +22,10 @@ real cluster. gloo's W ranks run on the W worker hosts (GLOO_SOCKET_IFNAME=eth0,
 the first worker host), started as benches/compare/torch_gloo.py --worker. Both sides verify
 their values (synkv bench dist and torch_gloo.py fail on a wrong result).
 
-Every synkv process gets a random SYNKV_SECRET (in its environment, never on a command line).
+Every synkv process gets a random SYNKV_SECRET (in its environment, never on a command line),
+unless --plain (SYNKV_INSECURE=1: frames not sealed, to measure what sealing costs). Processes
+on different emulated hosts are in different network namespaces, so they never share memory
+(synkv's SYNKV_SHM treats another network namespace as another host).
 Every wait is bounded (--timeout per job); processes and namespaces are removed on any exit
 (exceptions, SIGINT, SIGTERM, SIGHUP). Exit status: 0 all jobs passed; 1 a job failed or the
 check found leftovers; 2 bad arguments or missing synkv binary.
@@ -213,8 +216,11 @@ def records(logs, impl):
 def run_synkv(c, a, tmp, w, s, size, place):
     """One synkv job; returns the max over workers of their median ms (or raises)."""
     base = {"DMLC_PS_ROOT_URI": c.ip[place["sched"]], "DMLC_PS_ROOT_PORT": str(ROOT_PORT),
-            "DMLC_NUM_WORKER": str(w), "DMLC_NUM_SERVER": str(s), "SYNKV_SECRET": secrets.token_hex(32),
-            "SYNKV_LOG": "warn"}
+            "DMLC_NUM_WORKER": str(w), "DMLC_NUM_SERVER": str(s), "SYNKV_LOG": "warn"}
+    if a.plain:  # no secret: frames are not sealed (the cost of sealing, measured against it)
+        base["SYNKV_INSECURE"] = "1"
+    else:
+        base["SYNKV_SECRET"] = secrets.token_hex(32)
     procs, logs = [], []
     roles = [("scheduler", place["sched"], ["scheduler"])]
     roles += [(f"server{i}", h, ["server"]) for i, h in enumerate(place["servers"])]
@@ -320,6 +326,7 @@ def main():
     p.add_argument("--python", default=None, help="interpreter with torch for gloo (default: the first of "
                    "/usr/bin/python3, python3 that imports torch)")
     p.add_argument("--no-gloo", action="store_true", help="run synkv only")
+    p.add_argument("--plain", action="store_true", help="synkv without a secret (SYNKV_INSECURE=1): frames not sealed")
     p.add_argument("--check", action="store_true", help="seconds-long self-test: W=2 S=1, 64K, 10gbit, 3 iters")
     p.add_argument("--cleanup-stale", action="store_true", help="remove namespaces of dead earlier runs, then exit")
     a = p.parse_args()

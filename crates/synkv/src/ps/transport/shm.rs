@@ -124,6 +124,16 @@ pub struct Offer {
     pub size: u64,
     /// 32 hex digits.
     pub token: String,
+    /// The creator's network namespace (`/proc/self/ns/net`): peers in different ones are
+    /// treated as different hosts (containers, emulated clusters), even where they could map
+    /// each other's memory.
+    #[serde(default)]
+    pub net: String,
+}
+
+/// This process's network namespace, as `net:[inode]` (empty if it cannot be read).
+pub fn network_namespace() -> String {
+    std::fs::read_link("/proc/self/ns/net").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 /// One mapping of a segment (either side's).
@@ -258,7 +268,13 @@ impl Outgoing {
 
     /// What the peer needs to map this segment.
     pub fn offer(&self) -> Offer {
-        Offer { pid: std::process::id(), fd: self.map.file.as_raw_fd(), size: self.map.len as u64, token: self.token.clone() }
+        Offer {
+            pid: std::process::id(),
+            fd: self.map.file.as_raw_fd(),
+            size: self.map.len as u64,
+            token: self.token.clone(),
+            net: network_namespace(),
+        }
     }
 
     /// Copies `chunks` into one free slot (each at an 8-aligned start); `None` when no slot
@@ -341,6 +357,13 @@ impl Incoming {
     /// Maps the segment `offer` names, if it is the one offered (size and token).
     pub fn open(offer: &Offer) -> Result<Incoming, ShmError> {
         let path = format!("/proc/{}/fd/{}", offer.pid, offer.fd);
+        let here = network_namespace();
+        if offer.net != here {
+            return Err(ShmError::Mismatch(format!(
+                "the peer is in another network namespace ({} here, {} there): another host",
+                here, offer.net
+            )));
+        }
         let size = usize::try_from(offer.size).map_err(|_| ShmError::Mismatch(format!("size {}", offer.size)))?;
         if size < MIN_SEGMENT || size % 4096 != 0 {
             return Err(ShmError::Mismatch(format!("offered size {size} is not a valid segment size")));
@@ -509,6 +532,9 @@ mod tests {
         let mut offer = out.offer();
         offer.size += 4096;
         assert!(matches!(Incoming::open(&offer), Err(ShmError::Mismatch(_))));
+        let mut offer = out.offer();
+        offer.net = "net:[1]".into();
+        assert!(matches!(Incoming::open(&offer), Err(ShmError::Mismatch(_))), "another network namespace is another host");
         let mut offer = out.offer();
         offer.pid = u32::MAX - 1;
         assert!(matches!(Incoming::open(&offer), Err(ShmError::Open { .. })));

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Shared memory vs TCP, sealed vs plain, and torch gloo all_reduce, side by side (issue 13
+# item 1, issue 15's cost of sealing). Manual benchmark: refuses to run in CI.
+#
+#     benches/compare/run_shm.sh
+#
+# Per round and size, alternately: synkv over shared memory (the default on one host),
+# over TCP (SYNKV_SHM=0), each sealed (a per-job secret, as `synkv launch` runs every job)
+# and plain (SYNKV_INSECURE=1), then gloo's all_reduce of the same tensor (if TORCH_PY has
+# torch with gloo). 2 workers, 1 server, `synkv bench dist` push+pull; a job's time is the
+# slowest worker's median. Prints the medians over rounds and per-round ratios; records go
+# to bench-results/shm-<date>.jsonl.
+#
+# Knobs: BENCH_SIZES (default "16777216 1048576"), BENCH_ROUNDS (3), BENCH_ITERS (20),
+# TORCH_PY (default /usr/bin/python3: Debian's python3-torch), SYNKV_BIN.
+set -euo pipefail
+if [[ -n "${CI:-}" ]]; then
+    echo "run_shm.sh: \$CI is set; this is a manual benchmark and does not run in CI. Refusing." >&2
+    exit 0
+fi
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root"
+if [[ -z "${SYNKV_BIN:-}" ]]; then
+    cargo build --release -q -p synkv-cli
+    SYNKV_BIN="$root/target/release/synkv"
+fi
+SIZES="${BENCH_SIZES:-16777216 1048576}"
+ROUNDS="${BENCH_ROUNDS:-3}"
+ITERS="${BENCH_ITERS:-20}"
+TORCH_PY="${TORCH_PY:-/usr/bin/python3}"
+have_torch=0
+"$TORCH_PY" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null && have_torch=1
+mkdir -p bench-results
+out="bench-results/shm-$(date -u +%Y%m%dT%H%M%SZ).jsonl"
+
+slowest() {
+    python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
+assert len(rows) == 2, rows
+print(max(r["median_ms"] for r in rows))'
+}
+
+synkv_job() { # shm(0|1) sealed|plain size
+    local env=(env -u SYNKV_SECRET -u SYNKV_INSECURE "SYNKV_SHM=$1")
+    [[ "$2" == plain ]] && env+=(SYNKV_INSECURE=1)
+    "${env[@]}" timeout 600 "$SYNKV_BIN" launch -n 2 -s 1 -- "$SYNKV_BIN" bench dist --size "$3" --iters "$ITERS" --warmup 3 --json 2>/dev/null \
+        | sed -n 's/^\[worker [0-9]*\] //p' | slowest
+}
+
+gloo_job() { # size
+    if [[ $have_torch == 1 ]]; then
+        timeout 600 "$TORCH_PY" benches/compare/torch_gloo.py --workers 2 --size "$1" --iters "$ITERS" --warmup 3 --json 2>/dev/null | slowest
+    else
+        echo null
+    fi
+}
+
+echo "shm/tcp: SYNKV_SHM=1/0; sealed: a per-job secret (the default of synkv launch); plain: SYNKV_INSECURE=1"
+for size in $SIZES; do
+    for r in $(seq "$ROUNDS"); do
+        a=$(synkv_job 1 sealed "$size"); b=$(synkv_job 0 sealed "$size")
+        c=$(synkv_job 1 plain "$size"); d=$(synkv_job 0 plain "$size"); g=$(gloo_job "$size")
+        echo "{\"size\":$size,\"round\":$r,\"shm_sealed_ms\":$a,\"tcp_sealed_ms\":$b,\"shm_plain_ms\":$c,\"tcp_plain_ms\":$d,\"gloo_ms\":$g}" | tee -a "$out"
+    done
+done
+python3 - "$out" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for size in sorted({r["size"] for r in rows}, reverse=True):
+    rs = [r for r in rows if r["size"] == size]
+    med = lambda k: statistics.median(r[k] for r in rs) if all(r[k] is not None for r in rs) else None
+    ratio = lambda a, b: statistics.median(r[a] / r[b] for r in rs) if all(r[b] for r in rs) else None
+    cols = ["shm_sealed_ms", "tcp_sealed_ms", "shm_plain_ms", "tcp_plain_ms", "gloo_ms"]
+    print(f"size {size}: " + ", ".join(f"{c[:-3]} {med(c):.1f} ms" if med(c) is not None else f"{c[:-3]} n/a" for c in cols))
+    for a, b in [("shm_sealed_ms", "shm_plain_ms"), ("tcp_sealed_ms", "tcp_plain_ms"), ("shm_sealed_ms", "tcp_sealed_ms"),
+                 ("shm_sealed_ms", "gloo_ms"), ("tcp_plain_ms", "gloo_ms")]:
+        r = ratio(a, b)
+        print(f"  {a[:-3]} / {b[:-3]}: " + (f"{r:.3f} (median of per-round ratios)" if r is not None else "n/a"))
+PY
+echo "records: $out"
