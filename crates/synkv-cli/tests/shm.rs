@@ -21,7 +21,7 @@ fn wait_segments(pid: u32, want: usize, what: &str, output: impl Fn() -> String)
 }
 
 /// Every kind of value the bulk path carries: a big key split over two servers with SGD and
-/// momentum (states on the servers), 2-bit compressed pushes, row_sparse keys; each job's
+/// momentum (states on the servers), 2-bit compressed pushes, row_sparse keys, dist_device_sync; each job's
 /// final weights, printed exactly, are the same over shared memory and over TCP. And async
 /// pushes of a split key, checked exactly by the job itself.
 #[test]
@@ -30,6 +30,7 @@ fn values_over_shared_memory_are_exactly_those_over_tcp() {
         &["ckpt-train", "--repeat", "4"][..],
         &["ckpt-train", "--repeat", "4", "--compression", "2bit"][..],
         &["ckpt-train", "--repeat", "4", "--sparse"][..],
+        &["ckpt-train", "--repeat", "4", "--store", "dist_device_sync"][..],
     ] {
         let run = |shm: &str| {
             let f = launch(2, 2, &[], case, &[("SYNKV_SHM", shm)]);
