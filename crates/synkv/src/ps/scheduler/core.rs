@@ -573,19 +573,15 @@ mod tests {
         .unwrap()
     }
 
-    /// A formed cluster of 1 server and 2 workers; returns the core and each peer's outbox
-    /// receiver (conn 1 = server, 2 = worker 0, 3 = worker 1), with the node lists read.
-    fn formed() -> (Core, Vec<OutboxRx>) {
-        formed_with(config())
-    }
-
-    fn formed_with(config: Config) -> (Core, Vec<OutboxRx>) {
+    /// A core with `nodes` (role, task id) registered as connections 1, 2, …; their outbox
+    /// receivers.
+    fn registered(config: Config, nodes: &[(Role, u32)]) -> (Core, Vec<OutboxRx>) {
         let now = Instant::now();
         let mut core = Core::new(config, now);
         let mut rxs = Vec::new();
-        for (conn, (role, task)) in [(Role::Server, 0), (Role::Worker, 0), (Role::Worker, 1)].into_iter().enumerate() {
+        for (conn, (role, task)) in nodes.iter().enumerate() {
             let (outbox, rx) = Outbox::bounded(64, 1 << 20);
-            let node = Node::unassigned(role, "127.0.0.1", 0, Some(task));
+            let node = Node::unassigned(*role, "127.0.0.1", 0, Some(*task));
             let conn = ConnId::try_from(conn + 1).unwrap();
             assert!(matches!(
                 core.on_event(Event::Registered { conn, node, outbox, token: CancellationToken::new() }, now),
@@ -593,6 +589,17 @@ mod tests {
             ));
             rxs.push(rx);
         }
+        (core, rxs)
+    }
+
+    /// A formed cluster of 1 server and 2 workers; returns the core and each peer's outbox
+    /// receiver (conn 1 = server, 2 = worker 0, 3 = worker 1), with the node lists read.
+    fn formed() -> (Core, Vec<OutboxRx>) {
+        formed_with(config())
+    }
+
+    fn formed_with(config: Config) -> (Core, Vec<OutboxRx>) {
+        let (core, mut rxs) = registered(config, &[(Role::Server, 0), (Role::Worker, 0), (Role::Worker, 1)]);
         for rx in &mut rxs {
             assert_eq!(rx.try_recv().map(|m| m.command), Some(Command::NodeList));
         }
@@ -700,20 +707,7 @@ mod tests {
         c.num_servers = 2;
         c.num_workers = 1;
         c.replicas = 1;
-        let now = Instant::now();
-        let mut core = Core::new(c, now);
-        let mut rxs = Vec::new();
-        for (conn, (role, task)) in [(Role::Server, 0), (Role::Server, 1), (Role::Worker, 0)].into_iter().enumerate() {
-            let (outbox, rx) = Outbox::bounded(64, 1 << 20);
-            let node = Node::unassigned(role, "127.0.0.1", 0, Some(task));
-            let conn = ConnId::try_from(conn + 1).unwrap();
-            assert!(matches!(
-                core.on_event(Event::Registered { conn, node, outbox, token: CancellationToken::new() }, now),
-                Outcome::Continue
-            ));
-            rxs.push(rx);
-        }
-        (core, rxs)
+        registered(c, &[(Role::Server, 0), (Role::Server, 1), (Role::Worker, 0)])
     }
 
     fn replica_ready(partition: u32) -> Message {
