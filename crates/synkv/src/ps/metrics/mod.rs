@@ -62,7 +62,7 @@ impl Counter {
         self.0.fetch_add(n, Ordering::Relaxed);
     }
 
-    fn get(&self) -> u64 {
+    pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
 }
@@ -176,9 +176,20 @@ pub(crate) struct SchedulerMetrics {
     pub(crate) barriers: Counter,
 }
 
+/// The transport's series (every role; no label).
+#[derive(Debug)]
+pub(crate) struct TransportMetrics {
+    /// Chunk bytes this process sent through shared memory (`SYNKV_SHM`).
+    pub(crate) shm_bytes: Counter,
+    /// Data frames eligible for shared memory that found no room in the segment and went
+    /// on the connection instead.
+    pub(crate) shm_full: Counter,
+}
+
 /// Every series of this process.
 #[derive(Debug)]
 pub(crate) struct Metrics {
+    pub(crate) transport: TransportMetrics,
     pub(crate) worker: WorkerMetrics,
     pub(crate) server: ServerMetrics,
     pub(crate) scheduler: SchedulerMetrics,
@@ -186,6 +197,7 @@ pub(crate) struct Metrics {
 
 /// The process's metrics.
 pub(crate) static METRICS: Metrics = Metrics {
+    transport: TransportMetrics { shm_bytes: Counter::new(), shm_full: Counter::new() },
     worker: WorkerMetrics {
         active: AtomicBool::new(false),
         push_bytes: Counter::new(),
@@ -256,6 +268,15 @@ pub fn render() -> String {
     let m = &METRICS;
     family(&mut out, "synkv_up", "gauge", "1 while the process serves metrics.");
     let _ = writeln!(out, "synkv_up 1");
+    let t = &m.transport;
+    counter(&mut out, "synkv_shm_bytes_total", "Chunk bytes sent through shared memory (SYNKV_SHM).", "", t.shm_bytes.get());
+    counter(
+        &mut out,
+        "synkv_shm_full_total",
+        "Data frames that found no room in the shared-memory segment and went on the connection.",
+        "",
+        t.shm_full.get(),
+    );
     if m.worker.active.load(Ordering::Relaxed) {
         let w = &m.worker;
         let l = "role=\"worker\"";
@@ -320,7 +341,11 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 
 fn counter(out: &mut String, name: &str, help: &str, labels: &str, v: u64) {
     family(out, name, "counter", help);
-    let _ = writeln!(out, "{name}{{{labels}}} {v}");
+    if labels.is_empty() {
+        let _ = writeln!(out, "{name} {v}");
+    } else {
+        let _ = writeln!(out, "{name}{{{labels}}} {v}");
+    }
 }
 
 fn gauge(out: &mut String, name: &str, help: &str, labels: &str, v: i64) {

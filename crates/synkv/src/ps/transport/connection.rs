@@ -247,6 +247,8 @@ mod tests {
         tx.set_shm(a_out, a_in);
         rx.set_shm(b_out, b_in);
         let big = big_message(100_000);
+        let shm_bytes = || crate::ps::metrics::METRICS.transport.shm_bytes.get();
+        let before = shm_bytes();
         let writer = tokio::spawn(async move {
             tx.write_message(&big_message(100_000)).await.unwrap();
             tx.write_message(&big_message(3)).await.unwrap(); // small: on the stream
@@ -255,6 +257,7 @@ mod tests {
         assert_eq!(rx.read_message().await.unwrap(), Some(big));
         assert_eq!(rx.read_message().await.unwrap(), Some(big_message(3)));
         let mut tx = writer.await.unwrap();
+        assert!(shm_bytes() >= before + 400_000, "the big frame's chunks went through shared memory");
         // A frame flagged SHM on a connection whose reader has no segment.
         let (c, d) = tokio::io::duplex(1 << 16);
         let mut plain = Connection::new(d, "plain", Limits::default());

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::seal::{FrameDigest, Seal, HASH_STEP};
-use super::shm::{Descriptor, Outgoing, DESCRIPTOR_LEN};
+use super::shm::{Outgoing, DESCRIPTOR_LEN};
 use crate::ps::proto::{Chunk, Command, EncodeError, Flags, Limits, Message};
 use crate::ps::{Error, Result};
 
@@ -146,7 +146,12 @@ fn into_shm(segment: &Outgoing, msg: &Message) -> Option<Message> {
         return None;
     }
     let data: Vec<&[u8]> = msg.chunks.iter().map(|c| &c.data[..]).collect();
-    let placed: Vec<Descriptor> = segment.put(&data)?;
+    let transport = &crate::ps::metrics::METRICS.transport;
+    let Some(placed) = segment.put(&data) else {
+        transport.shm_full.add(1);
+        return None;
+    };
+    transport.shm_bytes.add(u64::try_from(bytes).unwrap_or(u64::MAX));
     let mut wire = BytesMut::with_capacity(placed.len() * DESCRIPTOR_LEN);
     placed.iter().for_each(|d| wire.extend_from_slice(&d.encode()));
     let wire = wire.freeze();
