@@ -351,7 +351,8 @@ pub(crate) fn run(args: &ChaosArgs) -> Result<()> {
 /// Starts the job, kills one process at `kill_at` (the `pick`-th of those still running),
 /// waits for every process to end, and reports. With replicas, `kill_at` counts from when
 /// every worker started (the scheduler starts them once every partition has a backup: a
-/// server dying before that ends the job, as it should, but it is no failover case). Output it prints hides `bar` meanwhile.
+/// server dying before that ends the job, as it should, but it is no failover case). Output
+/// it prints hides `bar` meanwhile.
 fn one_run(
     bar: &indicatif::ProgressBar,
     args: &ChaosArgs,

@@ -142,16 +142,15 @@ impl ConnTask {
                     // Shared memory for the bulk bytes (`transport/share.rs`): asked once.
                     shm_offered = true;
                     let (answer, segments) = share::answer(&msg, &config);
-                    match segments {
-                        Some((outgoing, incoming)) => {
-                            reader.set_shm(incoming);
-                            let _ = outbox.try_send(answer);
-                            let _ = shm_slot.set(outgoing);
-                            tracing::debug!("worker rank {rank} at {peer} exchanges bulk bytes through shared memory");
-                        }
-                        None => {
-                            let _ = outbox.try_send(answer);
-                        }
+                    let outgoing = segments.map(|(outgoing, incoming)| {
+                        reader.set_shm(incoming);
+                        outgoing
+                    });
+                    let _ = outbox.try_send(answer);
+                    // Only frames queued after the answer may use this side's segment.
+                    if let Some(outgoing) = outgoing {
+                        let _ = shm_slot.set(outgoing);
+                        tracing::debug!("worker rank {rank} at {peer} exchanges bulk bytes through shared memory");
                     }
                     continue;
                 }

@@ -287,10 +287,8 @@ impl Outgoing {
             data_len = data_len.checked_add(c.len().next_multiple_of(8))?;
         }
         let total = SLOT_HEADER.checked_add(data_len.next_multiple_of(SLOT_HEADER))?;
-        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        // Forget the slots the receiver freed.
         let map = &self.map;
-        slots.live.retain(|off, _| map.u32_at(*off + 4).load(Ordering::Acquire) != FREE);
+        let mut slots = self.live_slots();
         // First fit between the live slots.
         let mut at = DATA_START;
         for (off, len) in &slots.live {
@@ -324,21 +322,17 @@ impl Outgoing {
         Some(chunks.iter().zip(starts).map(|(c, start)| Descriptor { offset, seq, start: start as u64, len: c.len() as u64 }).collect())
     }
 
-    /// Takes back a slot that was filled but never sent.
-    pub fn release(&self, d: &Descriptor) {
-        if let Ok(off) = usize::try_from(d.offset) {
-            if off.is_multiple_of(SLOT_HEADER) && off >= DATA_START && off + SLOT_HEADER <= self.map.len {
-                let _ = self.map.u32_at(off + 4).compare_exchange(IN_USE, FREE, Ordering::AcqRel, Ordering::Relaxed);
-            }
-        }
-    }
-
     /// Bytes in slots not yet freed by the receiver (tests, metrics).
     pub fn in_use(&self) -> usize {
+        self.live_slots().live.values().sum()
+    }
+
+    /// The allocator, locked, having forgotten the slots the receiver freed.
+    fn live_slots(&self) -> std::sync::MutexGuard<'_, Slots> {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         let map = &self.map;
         slots.live.retain(|off, _| map.u32_at(*off + 4).load(Ordering::Acquire) != FREE);
-        slots.live.values().sum()
+        slots
     }
 }
 

@@ -133,16 +133,16 @@ impl FrameWriter {
 }
 
 /// Data frames with at least this many chunk bytes travel through shared memory.
-pub(crate) const SHM_MIN_BYTES: usize = 32 << 10;
+const SHM_MIN_BYTES: usize = 32 << 10;
 
 /// `msg` with its chunks copied into `segment` and replaced by descriptors, if it is a data
 /// frame large enough and the segment has room (else it travels whole on the stream).
 fn into_shm(segment: &Outgoing, msg: &Message) -> Option<Message> {
-    let data = matches!(msg.command, Command::Push | Command::PushPull | Command::Reply);
+    let is_data = matches!(msg.command, Command::Push | Command::PushPull | Command::Reply);
     let bytes: usize = msg.chunks.iter().map(|c| c.data.len()).sum();
     // Many tiny chunks (small keys) cost more in descriptors than they save.
     let worth = bytes >= SHM_MIN_BYTES && bytes >= 8 * DESCRIPTOR_LEN * msg.chunks.len();
-    if !data || msg.flags.contains(Flags::INIT) || msg.flags.contains(Flags::SHM) || !worth {
+    if !is_data || msg.flags.contains(Flags::INIT) || msg.flags.contains(Flags::SHM) || !worth {
         return None;
     }
     let data: Vec<&[u8]> = msg.chunks.iter().map(|c| &c.data[..]).collect();
