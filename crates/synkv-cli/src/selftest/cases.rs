@@ -35,6 +35,7 @@ pub(crate) fn run(args: &DistArgs) -> Result<()> {
         "t28" => super::compression::t28(&kv, args)?,
         "t29" => super::compression::t29(&kv, args)?,
         "compress-after-init" => super::compression::after_init(&kv)?,
+        "partitions" => super::partitions::partitions(&kv, args)?,
         "push-release" => push_release(&kv)?,
         "t30" => t30(&kv)?,
         "t35" => t35(&kv, args)?,

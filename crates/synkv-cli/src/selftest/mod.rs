@@ -9,6 +9,7 @@
 mod cases;
 mod chaos;
 mod compression;
+mod partitions;
 mod real_job;
 mod sparse;
 

@@ -107,6 +107,17 @@ pub fn copy<T: Element>(dst: &mut [T], src: &[T]) {
     ops::copy(&Plan::current(), dst, src);
 }
 
+/// `dst = src` for raw bytes (message data into shared memory, a reused send buffer):
+/// non-temporal stores when the destination is large (no read of its old contents, no
+/// eviction of what the caller works on), like [`copy`].
+///
+/// # Panics
+/// If the lengths differ.
+pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
+    assert!(dst.len() == src.len(), "kernels::copy_bytes: the source has {} bytes but the destination has {}", src.len(), dst.len());
+    ops::copy_pod(&Plan::current(), dst, src);
+}
+
 /// `dst += a * x` (multiply, then add: two roundings, no fused multiply-add), over the first
 /// `min(dst.len(), x.len())` elements.
 pub fn axpy<T: Element>(dst: &mut [T], a: f64, x: &[T]) {

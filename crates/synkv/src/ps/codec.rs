@@ -13,7 +13,7 @@
 use std::any::TypeId;
 use std::borrow::Cow;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use super::proto::{Chunk, DTypeCode};
 use crate::kernels::{self, Element};
@@ -202,15 +202,21 @@ pub fn words_of(chunk: &Chunk) -> Result<Cow<'_, [u32]>, CodecError> {
 /// large enough (so a key's communication buffer is allocated once, not at every push: large
 /// fresh allocations cost a page fault per page).
 pub fn copy_reusing(src: &[u8], spare: Option<Bytes>) -> Bytes {
-    let mut out = match spare.map(Bytes::try_into_mut) {
+    match spare.map(Bytes::try_into_mut) {
+        // The usual case: the same key's last buffer, as long as this value. Its old bytes
+        // are overwritten (streaming, when large) without being read.
+        Some(Ok(mut b)) if b.len() >= src.len() => {
+            b.truncate(src.len());
+            kernels::copy_bytes(&mut b, src);
+            b.freeze()
+        }
         Some(Ok(mut b)) if b.capacity() >= src.len() => {
             b.clear();
-            b
+            b.extend_from_slice(src);
+            b.freeze()
         }
-        _ => BytesMut::with_capacity(src.len()),
-    };
-    out.extend_from_slice(src);
-    out.freeze()
+        _ => Bytes::copy_from_slice(src),
+    }
 }
 
 /// `dst = Σ chunks` (converting dtypes), every chunk with `dst.len()` elements. One pass when

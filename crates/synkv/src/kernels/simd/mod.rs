@@ -47,6 +47,8 @@ unsafe impl Pod for f64 {}
 unsafe impl Pod for i32 {}
 // SAFETY: as above.
 unsafe impl Pod for i64 {}
+// SAFETY: bytes: size 1, no padding, all bit patterns valid (raw message data).
+unsafe impl Pod for u8 {}
 // SAFETY: `f16` is `#[repr(transparent)]` over `u16`: size 2, all bit patterns valid.
 unsafe impl Pod for f16 {}
 // SAFETY: `bf16` is `#[repr(transparent)]` over `u16`: size 2, all bit patterns valid.

@@ -308,10 +308,10 @@ impl Outgoing {
             // SAFETY: the slot [at, at + total) lies inside the mapping (checked above), each
             // chunk's range lies inside the slot's data (its start plus its padded length
             // is at most `data_len`), and no receiver holds the slot (it was not live: the
-            // allocator owns it).
-            unsafe {
-                std::ptr::copy_nonoverlapping(c.as_ptr(), map.ptr.as_ptr().add(at + SLOT_HEADER + start), c.len());
-            }
+            // allocator owns it), so nothing else reads or writes these bytes meanwhile.
+            let dst = unsafe { std::slice::from_raw_parts_mut(map.ptr.as_ptr().add(at + SLOT_HEADER + start), c.len()) };
+            // Streaming stores for large chunks: the receiver, not this process, reads them next.
+            crate::kernels::copy_bytes(dst, c);
         }
         map.u32_at(at).store(SLOT_MAGIC, Ordering::Relaxed);
         map.u64_at(at + 8).store(data_len as u64, Ordering::Relaxed);

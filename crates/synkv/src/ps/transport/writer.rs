@@ -289,7 +289,7 @@ pub struct Outbox {
 
 /// The receiving side of an [`Outbox`], for [`drain`].
 #[derive(Debug)]
-pub struct OutboxRx(mpsc::Receiver<Queued>);
+pub struct OutboxRx(mpsc::Receiver<Queued>, usize);
 
 impl Outbox {
     /// An outbox of at most `max_messages` messages and `max_bytes` bytes of chunks (a message
@@ -312,8 +312,9 @@ impl Outbox {
     }
 
     fn make(max_messages: usize, max_bytes: u64, hard: bool) -> (Outbox, OutboxRx) {
-        let (tx, rx) = mpsc::channel(max_messages.clamp(1, Semaphore::MAX_PERMITS));
-        (Outbox { tx, queue: Arc::default(), max_bytes: max_bytes.max(1), hard }, OutboxRx(rx))
+        let cap = max_messages.clamp(1, Semaphore::MAX_PERMITS);
+        let (tx, rx) = mpsc::channel(cap);
+        (Outbox { tx, queue: Arc::default(), max_bytes: max_bytes.max(1), hard }, OutboxRx(rx, cap))
     }
 
     fn weight(msg: &Message) -> u64 {
@@ -405,20 +406,77 @@ pub enum Drained {
     Failed(Error),
 }
 
-/// Writes `rx`'s messages to `writer` in order until every [`Outbox`] is dropped (then shuts
-/// the stream down), `stop` is cancelled, or a write fails. A message that cannot be encoded
-/// (it breaks the frame limits) is handed to `unsendable`, which may return a replacement to
-/// write instead (an `Error` answering the same request); the connection stays up.
+/// A queued message in [`drain`]'s order: highest [`wire_priority`] first, then queue order.
+struct Ready {
+    priority: i32,
+    seq: u64,
+    queued: Queued,
+}
+
+impl PartialEq for Ready {
+    fn eq(&self, other: &Ready) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+
+impl Eq for Ready {}
+
+impl PartialOrd for Ready {
+    fn partial_cmp(&self, other: &Ready) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Ready {
+    fn cmp(&self, other: &Ready) -> std::cmp::Ordering {
+        self.priority.cmp(&other.priority).then_with(|| other.seq.cmp(&self.seq))
+    }
+}
+
+/// Where a message goes in the write order: a worker's data request by its operation's
+/// priority (the `priority` argument of push and pull, so the gradients the next forward
+/// pass needs first leave first on a busy link); every other message at 0, so control
+/// messages, answers and replication (whose priority field names its kind) keep their order.
+fn wire_priority(msg: &Message) -> i32 {
+    match msg.command {
+        Command::Push | Command::PushPull | Command::Pull if msg.flags.contains(Flags::REQUEST) => msg.meta.priority,
+        _ => 0,
+    }
+}
+
+/// Writes `rx`'s messages to `writer` until every [`Outbox`] is dropped (then shuts the stream
+/// down), `stop` is cancelled, or a write fails. Before each write, the messages queued by
+/// then are ordered by [`wire_priority`], highest first, and in queue order among equals
+/// (at most the outbox's bound of messages are taken off it ahead of their turn, so the
+/// bound holds twice over at most). A message that cannot be encoded (it breaks the frame
+/// limits) is handed to `unsendable`, which may return a replacement to write instead (an
+/// `Error` answering the same request); the connection stays up.
 pub async fn drain<F>(mut writer: FrameWriter, mut rx: OutboxRx, stop: CancellationToken, mut unsendable: F) -> Drained
 where
     F: FnMut(&Message, &EncodeError) -> Option<Message> + Send,
 {
+    let mut ready: std::collections::BinaryHeap<Ready> = std::collections::BinaryHeap::new();
+    let mut seq = 0u64;
+    let cap = rx.1;
     loop {
-        let queued = tokio::select! {
-            q = rx.0.recv() => q,
-            () = stop.cancelled() => return Drained::Stopped,
-        };
-        let Some(queued) = queued else { break };
+        if ready.is_empty() {
+            let queued = tokio::select! {
+                q = rx.0.recv() => q,
+                () = stop.cancelled() => return Drained::Stopped,
+            };
+            let Some(queued) = queued else { break };
+            seq += 1;
+            ready.push(Ready { priority: wire_priority(&queued.msg), seq, queued });
+        }
+        while ready.len() < cap {
+            let Ok(queued) = rx.0.try_recv() else { break };
+            seq += 1;
+            ready.push(Ready { priority: wire_priority(&queued.msg), seq, queued });
+        }
+        if stop.is_cancelled() {
+            return Drained::Stopped;
+        }
+        let Some(Ready { queued, .. }) = ready.pop() else { continue };
         let mut next = Some(queued.msg.clone());
         while let Some(msg) = next.take() {
             match writer.write_message(&msg).await {
@@ -501,6 +559,49 @@ mod tests {
             seen.push((m.command, m.request_id));
         }
         assert_eq!(seen, vec![(Command::Reply, 1), (Command::Error, 2), (Command::Reply, 3)]);
+    }
+
+    /// A request of `bytes` bytes with `priority`, as a worker sends it.
+    fn request(command: Command, id: u64, priority: i32, bytes: usize) -> Message {
+        let mut m = Message::new(command).with_request_id(id);
+        m.flags = m.flags.with(Flags::REQUEST);
+        m.meta.priority = priority;
+        m.chunks.push(Chunk { dtype: DTypeCode::U8, data: Bytes::from(vec![0u8; bytes]) });
+        m
+    }
+
+    /// Priority order on a saturated link: the peer reads nothing until a 1 MiB push (priority
+    /// 0) is queued behind a first one that fills the 64 KiB pipe; then pushes and pulls of
+    /// priorities 0, 5, -1, 9, 5 and a control message queue behind them. Once the peer
+    /// reads, the queued requests leave highest priority first (FIFO among the two 5s), the
+    /// control message and the other priority-0 request in their queue order between 5 and -1.
+    #[tokio::test]
+    async fn on_a_saturated_link_queued_requests_leave_by_priority() {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let conn = super::super::Connection::new(a, "peer", Limits::default());
+        let (_, writer) = conn.into_split();
+        let (out, rx) = Outbox::bounded(64, 1 << 30);
+        let drained = tokio::spawn(drain(writer, rx, CancellationToken::new(), |_, _| None));
+        out.try_send(request(Command::Push, 1, 0, 1 << 20)).unwrap();
+        // Wait until the writer took the first push off the queue: it is writing it then (the
+        // take and the start of the write are one step), stuck on the full pipe.
+        while out.tx.capacity() < 64 {
+            tokio::task::yield_now().await;
+        }
+        out.try_send(request(Command::Push, 2, 0, 1 << 10)).unwrap();
+        out.try_send(request(Command::Push, 3, 5, 1 << 10)).unwrap();
+        out.try_send(request(Command::Pull, 4, -1, 0)).unwrap();
+        out.try_send(Message::new(Command::Barrier).with_request_id(5)).unwrap();
+        out.try_send(request(Command::PushPull, 6, 9, 1 << 10)).unwrap();
+        out.try_send(request(Command::Push, 7, 5, 1 << 10)).unwrap();
+        drop(out);
+        let mut rx = super::super::Connection::new(b, "me", Limits::default());
+        let mut seen = Vec::new();
+        while let Some(m) = rx.read_message().await.unwrap() {
+            seen.push(m.request_id);
+        }
+        assert!(matches!(drained.await.unwrap(), Drained::Closed));
+        assert_eq!(seen, vec![1, 6, 3, 7, 2, 5, 4], "the first push was on the wire already; then by priority");
     }
 
     #[tokio::test(start_paused = true)]

@@ -153,14 +153,25 @@ fn byte_len(chunks: &[Chunk]) -> u64 {
 }
 
 /// The communication bytes of a dense key's push: one copy of a single value (into the key's
-/// reused buffer), or the sum of several handed over without another copy.
+/// reused buffer), or the sum of several handed over without another copy. For an item of
+/// one part, the bytes of that part alone (the single value's part copied); otherwise the
+/// whole key's.
 fn dense_bytes(item: &Item) -> Option<Bytes> {
     let info = &item.info;
     if let [one] = item.inputs.as_slice() {
         let guard = one.storage();
         if let Some(b) = guard.dense().filter(|b| b.dtype() == info.dtype) {
-            let mut spare = info.spare.lock();
-            let bytes = codec::copy_reusing(codec::buffer_bytes(b), spare.take());
+            let all = codec::buffer_bytes(b);
+            let (src, spare) = match item.part {
+                Some(p) => {
+                    let s = info.slices.get(p)?;
+                    let es = info.dtype.size_of();
+                    (all.get(s.offset * es..(s.offset + s.len) * es)?, info.spares.get(p)?)
+                }
+                None => (all, info.spares.first()?),
+            };
+            let mut spare = spare.lock();
+            let bytes = codec::copy_reusing(src, spare.take());
             *spare = Some(bytes.clone());
             return Some(bytes);
         }
@@ -295,8 +306,11 @@ pub(crate) fn build(
             }
             Kind::Push | Kind::PushPull if info.stype == StorageType::Dense => {
                 let bytes = dense_bytes(item).unwrap_or_default();
-                for (part, s) in info.slices.iter().enumerate() {
-                    let range = s.offset * unit * es..(s.offset + s.len) * unit * es;
+                // The bytes start at the first part this item moves.
+                let base = info.slices.get(item.parts().start).map_or(0, |s| s.offset);
+                for part in item.parts() {
+                    let Some(s) = info.slices.get(part) else { continue };
+                    let range = (s.offset - base) * unit * es..(s.offset - base + s.len) * unit * es;
                     // The bytes hold the whole key (its shape was checked); never slice past them.
                     let data = if range.end <= bytes.len() { bytes.slice(range) } else { Bytes::new() };
                     let chunk = Chunk { dtype: codec::dtype_code(info.dtype), data };
@@ -315,7 +329,8 @@ pub(crate) fn build(
                 }
             }
             Kind::Pull => {
-                for (part, s) in info.slices.iter().enumerate() {
+                for part in item.parts() {
+                    let Some(s) = info.slices.get(part) else { continue };
                     // The reply carries the value: its bytes count against the budget.
                     let len = s.len * unit * es;
                     b.add(At { item: i, info, part, start: 0, rows: false }, u64::try_from(len).unwrap_or(u64::MAX), SmallVec::new(), len);
@@ -403,7 +418,7 @@ mod tests {
         let info = rows_key(1000, 4);
         assert_eq!(info.slices.len(), 2);
         let value = NDArray::row_sparse([1000, 4], vec![3, 600], Buffer::from_vec(vec![1.0f32; 8]), Context::cpu(0)).unwrap();
-        let item = Item { info: Arc::clone(&info), inputs: smallvec::smallvec![value], outs: SmallVec::new(), ids: Vec::new() };
+        let item = Item { info: Arc::clone(&info), inputs: smallvec::smallvec![value], outs: SmallVec::new(), ids: Vec::new(), part: None };
         let (msgs, places) = build(Kind::Push, &[item], 0, None, BUDGET).unwrap();
         assert_eq!(msgs.len(), 2);
         for ((server, m), place) in msgs.iter().zip(&places) {
@@ -413,7 +428,7 @@ mod tests {
             assert_eq!(chunk_len(&m.chunks[1]), 4, "one row of 4 elements, not the whole key");
             assert_eq!(place.len(), 1);
         }
-        let pull = Item { info, inputs: SmallVec::new(), outs: SmallVec::new(), ids: vec![1, 2, 999] };
+        let pull = Item { info, inputs: SmallVec::new(), outs: SmallVec::new(), ids: vec![1, 2, 999], part: None };
         let (msgs, places) = build(Kind::RowSparsePull, &[pull], 0, None, BUDGET).unwrap();
         let asked: Vec<(u32, Vec<i64>)> = msgs.iter().map(|(s, m)| (*s, codec::ids_from_chunk(&m.chunks[0], 500).unwrap())).collect();
         assert_eq!(asked, vec![(0, vec![1, 2]), (1, vec![499])]);
@@ -441,6 +456,7 @@ mod tests {
                 inputs: smallvec::smallvec![NDArray::ones([10])],
                 outs: SmallVec::new(),
                 ids: Vec::new(),
+                part: None,
             })
             .collect();
         let batches = super::super::ops::batches(items);
@@ -469,6 +485,7 @@ mod tests {
                 inputs: smallvec::smallvec![NDArray::from_vec([n], grad.clone()).unwrap()],
                 outs: SmallVec::new(),
                 ids: Vec::new(),
+                part: None,
             };
             let (msgs, _) = build(Kind::Push, &[item], 0, Some(&gc), BUDGET).unwrap();
             assert_eq!(msgs.len(), slices.len());

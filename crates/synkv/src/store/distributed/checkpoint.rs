@@ -123,7 +123,7 @@ impl DistStore {
     /// Waits until this store's scheduled operations are done (their errors were reported to
     /// the waits of their arrays already).
     pub(super) fn wait_own_ops(&self) {
-        let vars: Vec<_> = self.registry.lock().all().map(|k| k.var.clone()).collect();
+        let vars: Vec<_> = self.registry.lock().all().flat_map(|k| k.vars.iter().cloned()).collect();
         for v in vars {
             let _ = Engine::global().wait_to_write(&v);
         }

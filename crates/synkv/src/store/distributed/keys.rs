@@ -28,15 +28,19 @@ pub(crate) struct KeyInfo {
     pub(crate) shape: Shape,
     pub(crate) dtype: DType,
     pub(crate) stype: StorageType,
-    /// Push writes it, pull reads it: a pull sees the latest push of this worker (K4.5).
-    pub(crate) var: Var,
+    /// Per part, the engine var ordering its operations: a push writes it, a pull reads it,
+    /// so a pull sees the latest push of this worker (K4.5). A big dense key's push travels
+    /// as one operation per part (`ops::push_parts`); an operation on the whole key takes
+    /// every part's var.
+    pub(crate) vars: SmallVec<[Var; 1]>,
     /// The key's parts, each one entry on its server: elements (dense) or rows (row_sparse).
     /// A server's share (K8.8) larger than the partition bound is cut into several parts.
     pub(crate) slices: Vec<Slice>,
     /// Per part, the round id of its next push: how many pushes of it the server accepted.
     pub(crate) rounds: Vec<AtomicU64>,
-    /// The last communication buffer, reused by the next push once the network dropped it.
-    pub(crate) spare: parking_lot::Mutex<Option<bytes::Bytes>>,
+    /// Per part, the last communication buffer, reused by the next push of the part once the
+    /// network dropped it (a whole-key push keeps its buffer in the first part's place).
+    pub(crate) spares: SmallVec<[parking_lot::Mutex<Option<bytes::Bytes>>; 1]>,
     /// Gradient-compression state of the key (residual, packed-word buffer).
     pub(crate) packing: Packing,
 }
@@ -78,10 +82,10 @@ impl KeyInfo {
             shape,
             dtype,
             stype,
-            var: Var::new(),
+            vars: (0..slices.len().max(1)).map(|_| Var::new()).collect(),
+            spares: (0..slices.len().max(1)).map(|_| Default::default()).collect(),
             slices,
             rounds,
-            spare: Default::default(),
             packing: Packing::default(),
         }
     }
@@ -194,10 +198,10 @@ impl Registry {
                 shape,
                 dtype: value.dtype(),
                 stype,
-                var: Var::new(),
+                vars: (0..slices.len().max(1)).map(|_| Var::new()).collect(),
+                spares: (0..slices.len().max(1)).map(|_| Default::default()).collect(),
                 rounds: slices.iter().map(|_| AtomicU64::new(0)).collect(),
                 slices,
-                spare: Default::default(),
                 packing: Packing::default(),
             });
         }

@@ -263,7 +263,7 @@ impl DistStore {
     pub(crate) fn push(&self, pairs: Vec<(Key, &NDArray)>, priority: Priority) -> crate::Result<()> {
         let compression = *self.compression.lock();
         let items = self.push_items("push", pairs, compression.is_some())?;
-        for batch in ops::batches(items) {
+        for batch in ops::batches(ops::push_parts(items, compression.is_some())) {
             ops::schedule(&self.ctx, Kind::Push, batch, priority, compression);
         }
         self.after_push()
@@ -311,7 +311,13 @@ impl DistStore {
                     .into());
                 }
             }
-            items.push(Item { info: g.info, inputs: g.arrays.into_iter().cloned().collect(), outs: SmallVec::new(), ids: Vec::new() });
+            items.push(Item {
+                info: g.info,
+                inputs: g.arrays.into_iter().cloned().collect(),
+                outs: SmallVec::new(),
+                ids: Vec::new(),
+                part: None,
+            });
         }
         Ok(items)
     }
@@ -341,7 +347,7 @@ impl DistStore {
                 }
             }
             if !outs.is_empty() {
-                items.push(Item { info: g.info, inputs: SmallVec::new(), outs, ids: Vec::new() });
+                items.push(Item { info: g.info, inputs: SmallVec::new(), outs, ids: Vec::new(), part: None });
             }
         }
         for batch in ops::batches(items) {
@@ -420,7 +426,7 @@ impl DistStore {
                 if let Some(&bad) = ids.iter().find(|&&i| usize::try_from(i).map_or(true, |i| i >= rows)) {
                     return Err(Error::RowIdOutOfRange { key, id: bad, rows }.into());
                 }
-                items.push(Item { info, inputs: SmallVec::new(), outs: smallvec::smallvec![out.clone()], ids });
+                items.push(Item { info, inputs: SmallVec::new(), outs: smallvec::smallvec![out.clone()], ids, part: None });
             }
         }
         for item in items {
@@ -462,7 +468,7 @@ impl DistStore {
         if self.optimizer.lock().is_none() {
             return Err(unsupported(op, &self.name, "no optimizer is installed; call set_optimizer first").into());
         }
-        let vars: Vec<_> = self.registry.lock().all().map(|k| k.var.clone()).collect();
+        let vars: Vec<_> = self.registry.lock().all().flat_map(|k| k.vars.iter().cloned()).collect();
         for v in vars {
             // Failures were reported to pulls and waits already; here we only wait.
             let _ = Engine::global().wait_to_write(&v);

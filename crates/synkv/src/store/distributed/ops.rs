@@ -26,7 +26,7 @@ use crate::compression::GradientCompression;
 use crate::engine::{Completion, Engine, Priority, Var};
 use crate::ps::metrics::METRICS;
 use crate::ps::{trace, wait_each, Client, Role};
-use crate::NDArray;
+use crate::{NDArray, StorageType};
 
 /// Small keys of one call are packed into one operation up to this many elements.
 pub(crate) const BATCH_ELEMS: usize = 4 << 20;
@@ -61,6 +61,60 @@ pub(crate) struct Item {
     pub(crate) outs: SmallVec<[NDArray; 4]>,
     /// Requested rows, sorted and unique (row_sparse_pull).
     pub(crate) ids: Vec<i64>,
+    /// The one part of a big dense key this item moves (see [`push_parts`]); `None`: every part.
+    pub(crate) part: Option<usize>,
+}
+
+impl Item {
+    /// The indices of the key parts this item moves.
+    pub(crate) fn parts(&self) -> std::ops::Range<usize> {
+        match self.part {
+            Some(p) => p..p + 1,
+            None => 0..self.info.slices.len(),
+        }
+    }
+
+    /// The engine vars of the key parts this item moves.
+    fn key_vars(&self) -> &[Var] {
+        match self.part {
+            Some(p) => self.info.vars.get(p..p + 1).unwrap_or(&[]),
+            None => &self.info.vars,
+        }
+    }
+}
+
+/// Cuts the push of every big dense key whose parts can travel alone into one item per
+/// part, each its own engine operation writing only its part's var: each part is copied and
+/// sent as soon as it is ready (the copies of a key's parts run on every engine thread while
+/// the first parts are on the wire), and a later push or pull of one part waits only for that
+/// part. Kept whole: compressed pushes (one residual pass over the key), pushes of several
+/// values or of another dtype (summed or cast once), row_sparse keys, and every operation that
+/// writes outputs (pull, pushpull): parts writing one output would wait for each other on its
+/// var, one part at a time, where one operation asks for every part at once and writes each
+/// answer as it arrives (a pushpull's parts are answered as their rounds complete).
+pub(crate) fn push_parts(items: Vec<Item>, compressing: bool) -> Vec<Item> {
+    let splits = |it: &Item| {
+        let info = &it.info;
+        info.is_big()
+            && it.part.is_none()
+            && info.stype == StorageType::Dense
+            && !compressing
+            && matches!(it.inputs.as_slice(), [one] if one.dtype() == info.dtype)
+    };
+    if !items.iter().any(splits) {
+        return items;
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for it in items {
+        if !splits(&it) {
+            out.push(it);
+            continue;
+        }
+        for p in 0..it.info.slices.len() {
+            out.push(Item { info: Arc::clone(&it.info), inputs: it.inputs.clone(), outs: it.outs.clone(), ids: Vec::new(), part: Some(p) });
+        }
+    }
+    out
 }
 
 /// What an operation needs from the store.
@@ -77,7 +131,7 @@ pub(crate) fn batches(items: Vec<Item>) -> Vec<Vec<Item>> {
     let mut cur = Vec::new();
     let mut elems = 0usize;
     for it in items {
-        if it.info.is_big() {
+        if it.info.is_big() || it.part.is_some() {
             out.push(vec![it]);
             continue;
         }
@@ -102,13 +156,13 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
     for it in &items {
         reads.extend(it.inputs.iter().map(|a| a.var().clone()));
         match kind {
-            Kind::Push => writes.push(it.info.var.clone()),
+            Kind::Push => writes.extend(it.key_vars().iter().cloned()),
             Kind::PushPull => {
-                writes.push(it.info.var.clone());
+                writes.extend(it.key_vars().iter().cloned());
                 writes.extend(it.outs.iter().map(|a| a.var().clone()));
             }
             Kind::Pull | Kind::RowSparsePull => {
-                reads.push(it.info.var.clone());
+                reads.extend(it.key_vars().iter().cloned());
                 writes.extend(it.outs.iter().map(|a| a.var().clone()));
             }
         }

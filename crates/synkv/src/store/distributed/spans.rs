@@ -27,7 +27,8 @@ fn op(kind: Kind) -> Op {
 }
 
 /// The pushed keys were summed, copied or quantized, and cut into parts from `started` to now
-/// (one span per key, on its first part's track, in the round of that part's push).
+/// (one span per item: a key, or the one part it moves; on its first part's track, in the
+/// round of that part's push).
 pub(crate) fn partitioned(rec: &Recorder, kind: Kind, items: &[Item], started: Instant) {
     if !matches!(kind, Kind::Push | Kind::PushPull) {
         return;
@@ -35,9 +36,11 @@ pub(crate) fn partitioned(rec: &Recorder, kind: Kind, items: &[Item], started: I
     let now = Instant::now();
     rec.record_all(items.iter().map(|it| {
         let info = &it.info;
-        let bytes = u64::try_from(info.shape.size() * info.dtype.size_of()).unwrap_or(u64::MAX);
-        let offset = info.slices.first().map_or(0, |s| s.offset as u64);
-        let round = info.rounds.first().map_or(0, |r| r.load(Ordering::Acquire));
+        let first = it.parts().start;
+        let units: usize = it.parts().filter_map(|p| info.slices.get(p)).map(|s| s.len).sum();
+        let bytes = u64::try_from(units * info.unit() * info.dtype.size_of()).unwrap_or(u64::MAX);
+        let offset = info.slices.get(first).map_or(0, |s| s.offset as u64);
+        let round = info.rounds.get(first).map_or(0, |r| r.load(Ordering::Acquire));
         Span::new(Op::Partition, started, now).key(&info.label, offset).bytes(bytes).round(round)
     }));
 }
