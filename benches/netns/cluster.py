@@ -217,6 +217,8 @@ def run_synkv(c, a, tmp, w, s, size, place):
     """One synkv job; returns the max over workers of their median ms (or raises)."""
     base = {"DMLC_PS_ROOT_URI": c.ip[place["sched"]], "DMLC_PS_ROOT_PORT": str(ROOT_PORT),
             "DMLC_NUM_WORKER": str(w), "DMLC_NUM_SERVER": str(s), "SYNKV_LOG": "warn"}
+    if a.partition_bytes:
+        base["SYNKV_PARTITION_BYTES"] = str(a.partition_bytes)
     if a.plain:  # no secret: frames are not sealed (the cost of sealing, measured against it)
         base["SYNKV_INSECURE"] = "1"
     else:
@@ -224,8 +226,10 @@ def run_synkv(c, a, tmp, w, s, size, place):
     procs, logs = [], []
     roles = [("scheduler", place["sched"], ["scheduler"])]
     roles += [(f"server{i}", h, ["server"]) for i, h in enumerate(place["servers"])]
-    roles += [(f"worker{i}", h, ["bench", "dist", "--size", str(size), "--iters", str(a.iters),
-                                 "--warmup", str(a.warmup), "--json"]) for i, h in enumerate(place["workers"])]
+    bench = ["bench", "dist", "--size", str(size), "--iters", str(a.iters), "--warmup", str(a.warmup), "--json"]
+    if a.pushpull:
+        bench.append("--pushpull")
+    roles += [(f"worker{i}", h, bench) for i, h in enumerate(place["workers"])]
     for name, host, cmd in roles:
         role = "worker" if name.startswith("worker") else name.rstrip("0123456789")
         env = job_env(dict(base, DMLC_ROLE=role, DMLC_NODE_HOST=c.ip[host]))
@@ -327,6 +331,10 @@ def main():
                    "/usr/bin/python3, python3 that imports torch)")
     p.add_argument("--no-gloo", action="store_true", help="run synkv only")
     p.add_argument("--plain", action="store_true", help="synkv without a secret (SYNKV_INSECURE=1): frames not sealed")
+    p.add_argument("--partition-bytes", type=elements, default=None,
+                   help="SYNKV_PARTITION_BYTES for the synkv job (K/M suffixes; default: synkv's)")
+    p.add_argument("--pushpull", action="store_true",
+                   help="synkv iterations are one pushpull (parts answered as their rounds complete) instead of push, then pull")
     p.add_argument("--check", action="store_true", help="seconds-long self-test: W=2 S=1, 64K, 10gbit, 3 iters")
     p.add_argument("--cleanup-stale", action="store_true", help="remove namespaces of dead earlier runs, then exit")
     a = p.parse_args()
@@ -452,7 +460,7 @@ def table(rows, a):
         lines.append(f"| {r['w']} | {r['s']} | {r['size']} | {ms(r, 'synkv')} | {ms(r, 'gloo')} | {ratio} "
                      f"| {gb(r, 'synkv')} | {gb(r, 'gloo')} | {' / '.join('%.1f' % f for f in r['floors'])} |")
     lines.append(f"\nms: the slowest worker's (rank's) median over {a.iters} iterations; GB/s: size x 4 B x 2 "
-                 f"per worker / that time (synkv push+pull, gloo all_reduce); gloo ms / synkv ms = synkv's "
+                 f"per worker / that time (synkv {'pushpull' if a.pushpull else 'push+pull'}, gloo all_reduce); gloo ms / synkv ms = synkv's "
                  f"throughput over gloo's. Floors: the busiest link at {a.rate}, no overheads "
                  f"(benches/netns/README.md).")
     return "\n".join(lines)

@@ -67,3 +67,21 @@ fn bench_dist_prints_one_json_record_per_worker_and_case() {
         assert_eq!((r["workers"].as_u64(), r["servers"].as_u64(), r["keys"].as_u64()), (Some(2), Some(2), Some(2)));
     }
 }
+
+/// `--pushpull`: each iteration is one pushpull of a key cut into parts (64 KiB here) and
+/// split over both servers; the bench checks the pulled sums itself and names the case.
+#[test]
+fn bench_dist_pushpull_times_one_pushpull_per_iteration() {
+    let exe = synkv();
+    let mut cmd = command(&exe);
+    cmd.args(["launch", "-n", "2", "-s", "2", "--"]).arg(&exe);
+    cmd.args(["bench", "dist", "--size", "1000003", "--iters", "3", "--warmup", "1", "--pushpull", "--json"]);
+    let f = run_bounded("bench", cmd, &[("SYNKV_PARTITION_BYTES", "65536")]);
+    assert!(f.status.success(), "{}", f.output);
+    let records: Vec<serde_json::Value> =
+        f.output.lines().filter_map(|l| l.split_once("] ").map(|(_, r)| r)).filter_map(|r| serde_json::from_str(r).ok()).collect();
+    assert_eq!(records.len(), 2, "{}", f.output);
+    for r in &records {
+        assert!(r["case"].as_str().is_some_and(|c| c.starts_with("dist pushpull size=1000003")), "{r}");
+    }
+}

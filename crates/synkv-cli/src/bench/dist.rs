@@ -9,6 +9,9 @@
 //! with SGD (momentum 0.9) on the servers (an optimizer, once set, stays for the job).
 //!
 //! `--push-only` times pushes alone (each waited for), the part compression shrinks.
+//! `--pushpull` makes each iteration one `pushpull` (the PyTorch front-end's operation): the
+//! servers answer each part of a big key as its round completes, so the answer of one part
+//! travels while the next parts are still pushed.
 //!
 //! `--report-rss` adds each server's peak resident memory (since it started; run one case per
 //! job to measure that case) and the key's size to the records.
@@ -73,8 +76,12 @@ pub(crate) struct DistArgs {
     threshold: f64,
     /// Time pushes only (each iteration pushes and waits for the servers' answers); one pull
     /// at the end checks the values.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "push_only")]
     push_only: bool,
+    /// Each iteration is one pushpull (push and pull in one request per part) instead of a
+    /// push followed by a pull.
+    #[arg(long)]
+    pushpull: bool,
     /// Add each server's peak resident memory (MiB, since it started) and the key's size to
     /// every record (`server_peak_rss_mb`, `key_mb`).
     #[arg(long)]
@@ -236,10 +243,16 @@ fn case(
     let mut samples = Vec::with_capacity(args.iters);
     for i in 0..args.warmup + args.iters {
         let t = Instant::now();
-        kv.push(&keys, &values)?;
-        if args.push_only {
+        if args.pushpull {
+            kv.pushpull(&keys, &values, &outs)?;
+            for o in &outs {
+                o.wait_to_read()?;
+            }
+        } else if args.push_only {
+            kv.push(&keys, &values)?;
             kv.wait_all()?;
         } else {
+            kv.push(&keys, &values)?;
             kv.pull(&keys, &outs)?;
             for o in &outs {
                 o.wait_to_read()?;
@@ -269,7 +282,13 @@ fn case(
     let bytes = (nkeys * size * 4 * if args.push_only { 1 } else { 2 }) as f64;
     let gbps = bytes / (stats.median_ms / 1e3) / 1e9;
     let compression_name = compression.unwrap_or("none");
-    let what = if args.push_only { "push" } else { "push+pull" };
+    let what = if args.push_only {
+        "push"
+    } else if args.pushpull {
+        "pushpull"
+    } else {
+        "push+pull"
+    };
     let case = format!(
         "dist {what} size={size} keys={nkeys} workers={workers} servers={servers} updater={} compression={compression_name}",
         updater_name(updater)
