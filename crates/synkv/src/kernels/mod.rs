@@ -107,15 +107,21 @@ pub fn copy<T: Element>(dst: &mut [T], src: &[T]) {
     ops::copy(&Plan::current(), dst, src);
 }
 
+/// Message data this large or larger is copied with streaming stores by [`copy_bytes`].
+const MESSAGE_STREAM_MIN_BYTES: usize = 256 << 10;
+
 /// `dst = src` for raw bytes (message data into shared memory, a reused send buffer):
-/// non-temporal stores when the destination is large (no read of its old contents, no
-/// eviction of what the caller works on), like [`copy`].
+/// non-temporal stores from [`MESSAGE_STREAM_MIN_BYTES`] on, below the general kernels'
+/// threshold: the bytes are read next by the network or another process, not by the
+/// caller, so caching them only evicts what the caller works on.
 ///
 /// # Panics
 /// If the lengths differ.
 pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
     assert!(dst.len() == src.len(), "kernels::copy_bytes: the source has {} bytes but the destination has {}", src.len(), dst.len());
-    ops::copy_pod(&Plan::current(), dst, src);
+    let p = Plan::current();
+    let plan = Plan::with(p.isa, p.parallel_min_len, p.stream_min_bytes.min(MESSAGE_STREAM_MIN_BYTES));
+    ops::copy_pod(&plan, dst, src);
 }
 
 /// `dst += a * x` (multiply, then add: two roundings, no fused multiply-add), over the first

@@ -138,8 +138,8 @@ impl Plan {
         isa
     }
 
-    /// A plan for tests and benches: the given level (capped by the CPU), explicit thresholds.
-    #[cfg(test)]
+    /// A plan with the given level (capped by the CPU) and explicit thresholds (tests, and
+    /// kernels whose destination calls for other thresholds than the tuning's).
     pub(crate) fn with(isa: Isa, parallel_min_len: usize, stream_min_bytes: usize) -> Plan {
         Plan { isa: isa.min(Isa::detected()), parallel_min_len, stream_min_bytes }
     }
