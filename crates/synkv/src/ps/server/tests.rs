@@ -146,6 +146,22 @@ fn pushpull_replies_carry_the_updated_value_and_multi_key_requests_wait_for_ever
     assert_eq!(r[0].meta.keys, vec![1, 2]);
 }
 
+/// An answer carries its request's priority (the connection's writer orders answers by it),
+/// whether it is sent at once (a pull) or when a round completes (a pushpull).
+#[test]
+fn answers_carry_their_requests_priority() {
+    let mut h = harness(1);
+    h.init(&[(1, vec![0.0; 2])]);
+    let mut m = data(Command::PushPull, Flags::NONE, &[(1, vec![1.0; 2])]);
+    m.meta.priority = 7;
+    h.send(0, m);
+    let mut p = pull_of(1, 2);
+    p.meta.priority = -3;
+    h.send(0, p);
+    let r = h.replies();
+    assert_eq!(r.iter().map(|m| m.meta.priority).collect::<Vec<_>>(), vec![7, -3]);
+}
+
 #[test]
 fn uninitialised_keys_and_wrong_sizes_are_refused_without_changing_anything() {
     let mut h = harness(1);

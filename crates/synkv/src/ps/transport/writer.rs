@@ -435,11 +435,13 @@ impl Ord for Ready {
 
 /// Where a message goes in the write order: a worker's data request by its operation's
 /// priority (the `priority` argument of push and pull, so the gradients the next forward
-/// pass needs first leave first on a busy link); every other message at 0, so control
-/// messages, answers and replication (whose priority field names its kind) keep their order.
+/// pass needs first leave first on a busy link), and a server's answer by its request's
+/// (the server copies it); every other message at 0, so control messages, errors and
+/// replication (whose priority field names its kind) keep their order.
 fn wire_priority(msg: &Message) -> i32 {
     match msg.command {
         Command::Push | Command::PushPull | Command::Pull if msg.flags.contains(Flags::REQUEST) => msg.meta.priority,
+        Command::Reply => msg.meta.priority,
         _ => 0,
     }
 }
@@ -570,11 +572,11 @@ mod tests {
         m
     }
 
-    /// Priority order on a saturated link: the peer reads nothing until a 1 MiB push (priority
-    /// 0) is queued behind a first one that fills the 64 KiB pipe; then pushes and pulls of
-    /// priorities 0, 5, -1, 9, 5 and a control message queue behind them. Once the peer
-    /// reads, the queued requests leave highest priority first (FIFO among the two 5s), the
-    /// control message and the other priority-0 request in their queue order between 5 and -1.
+    /// Priority order on a saturated link: the peer reads nothing while a first 1 MiB push
+    /// (priority 0) fills the 64 KiB pipe; pushes and pulls of priorities 0, 5, -1, 9, 5, a
+    /// control message and an answer of priority 7 queue behind it. Once the peer reads, they
+    /// leave highest priority first (FIFO among the two 5s), the control message and the other
+    /// priority-0 request in their queue order between 5 and -1.
     #[tokio::test]
     async fn on_a_saturated_link_queued_requests_leave_by_priority() {
         let (a, b) = tokio::io::duplex(1 << 16);
@@ -594,6 +596,9 @@ mod tests {
         out.try_send(Message::new(Command::Barrier).with_request_id(5)).unwrap();
         out.try_send(request(Command::PushPull, 6, 9, 1 << 10)).unwrap();
         out.try_send(request(Command::Push, 7, 5, 1 << 10)).unwrap();
+        let mut answer = Message::new(Command::Reply).with_request_id(8);
+        answer.meta.priority = 7;
+        out.try_send(answer).unwrap();
         drop(out);
         let mut rx = super::super::Connection::new(b, "me", Limits::default());
         let mut seen = Vec::new();
@@ -601,7 +606,7 @@ mod tests {
             seen.push(m.request_id);
         }
         assert!(matches!(drained.await.unwrap(), Drained::Closed));
-        assert_eq!(seen, vec![1, 6, 3, 7, 2, 5, 4], "the first push was on the wire already; then by priority");
+        assert_eq!(seen, vec![1, 6, 8, 3, 7, 2, 5, 4], "the first push was on the wire already; then by priority");
     }
 
     #[tokio::test(start_paused = true)]

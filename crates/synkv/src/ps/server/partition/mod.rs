@@ -52,6 +52,8 @@ const SEND_AT_ONCE: usize = 1 << 16;
 /// A request waiting for the sync rounds of its keys.
 struct Pending {
     request_id: u64,
+    /// The request's priority, which its answer carries (the writer orders answers by it).
+    priority: i32,
     pull_back: bool,
     keys: Vec<EntryKey>,
     values: Vec<Option<Chunk>>,
@@ -172,7 +174,13 @@ impl Partition {
             self.replicate_request(worker, msg);
         }
         match outcome {
-            Ok(Some(m)) => self.reply(conn, m.with_request_id(id)),
+            Ok(Some(mut m)) => {
+                if matches!(msg.command, Command::Push | Command::PushPull | Command::Pull) {
+                    // Answers leave in their requests' priority order (`transport::writer`).
+                    m.meta.priority = msg.meta.priority;
+                }
+                self.reply(conn, m.with_request_id(id))
+            }
             Ok(None) => {}
             Err(e) => self.reply(conn, e.to_message(id)),
         }
@@ -329,7 +337,15 @@ impl Partition {
             return Ok(Some(Message::new(Command::Reply)));
         }
         let keys: Vec<EntryKey> = checked.iter().map(|(k, _, _)| *k).collect();
-        let pending = Pending { request_id: msg.request_id, pull_back, keys, values: vec![None; n], remaining: n, failed: None };
+        let pending = Pending {
+            request_id: msg.request_id,
+            priority: msg.meta.priority,
+            pull_back,
+            keys,
+            values: vec![None; n],
+            remaining: n,
+            failed: None,
+        };
         self.pending.insert(req, pending);
         let rec = spans::recorder();
         for (slot, (key, round, value)) in checked.into_iter().enumerate() {
@@ -576,6 +592,7 @@ impl Partition {
             Some(e) => e.to_message(p.request_id),
             None => {
                 let mut out = Message::new(Command::Reply).with_request_id(p.request_id);
+                out.meta.priority = p.priority;
                 if p.pull_back {
                     for (key, value) in p.keys.iter().zip(p.values) {
                         if let Some(chunk) = value {
