@@ -76,11 +76,11 @@ pub(crate) struct DistArgs {
     threshold: f64,
     /// Time pushes only (each iteration pushes and waits for the servers' answers); one pull
     /// at the end checks the values.
-    #[arg(long, conflicts_with = "push_only")]
+    #[arg(long)]
     push_only: bool,
     /// Each iteration is one pushpull (push and pull in one request per part) instead of a
     /// push followed by a pull.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "push_only")]
     pushpull: bool,
     /// Add each server's peak resident memory (MiB, since it started) and the key's size to
     /// every record (`server_peak_rss_mb`, `key_mb`).
