@@ -379,6 +379,10 @@ def main():
         return 2
     if a.impl == "ddp" and "RANK" not in os.environ:
         return spawn(a)
+    # Both impls run with the same BLAS threads: DDP's ranks get OMP_NUM_THREADS from
+    # spawn(); a synkv worker (started by `synkv launch`) sets it here, before torch loads its
+    # BLAS, whose own pool would otherwise use every core besides torch.set_num_threads.
+    os.environ["OMP_NUM_THREADS"] = str(a.threads)
     return worker(a)
 
 

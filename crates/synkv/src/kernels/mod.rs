@@ -110,17 +110,19 @@ pub fn copy<T: Element>(dst: &mut [T], src: &[T]) {
 /// Message data this large or larger is copied with streaming stores by [`copy_bytes`].
 const MESSAGE_STREAM_MIN_BYTES: usize = 256 << 10;
 
-/// `dst = src` for raw bytes (message data into shared memory, a reused send buffer):
-/// non-temporal stores from [`MESSAGE_STREAM_MIN_BYTES`] on, below the general kernels'
-/// threshold: the bytes are read next by the network or another process, not by the
-/// caller, so caching them only evicts what the caller works on.
+/// `dst = src` for raw bytes (message data into shared memory, a reused send buffer), on
+/// the calling thread (no kernel pool: message copies run beside the user's own compute,
+/// which the pool's threads would compete with): non-temporal stores from
+/// [`MESSAGE_STREAM_MIN_BYTES`] on, below the general kernels' threshold, because the bytes
+/// are read next by the network or another process, not by the caller, so caching them
+/// only evicts what the caller works on.
 ///
 /// # Panics
 /// If the lengths differ.
 pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
     assert!(dst.len() == src.len(), "kernels::copy_bytes: the source has {} bytes but the destination has {}", src.len(), dst.len());
     let p = Plan::current();
-    let plan = Plan::with(p.isa, p.parallel_min_len, p.stream_min_bytes.min(MESSAGE_STREAM_MIN_BYTES));
+    let plan = Plan::with(p.isa, usize::MAX, p.stream_min_bytes.min(MESSAGE_STREAM_MIN_BYTES));
     ops::copy_pod(&plan, dst, src);
 }
 
