@@ -314,6 +314,9 @@ def main():
         return 2
     if a.impl != "synkv" and "RANK" not in os.environ:
         return spawn(a)
+    # Every impl runs with the same BLAS threads: DDP's ranks get OMP_NUM_THREADS from
+    # spawn(); a synkv worker (started by `synkv launch`) sets it here, before torch loads.
+    os.environ["OMP_NUM_THREADS"] = str(a.threads)
     return worker(a)
 
 
