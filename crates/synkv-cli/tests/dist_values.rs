@@ -136,8 +136,8 @@ fn a_pushed_array_is_free_before_the_round_completes() {
     ok(3, 2, &["push-release"], &[]);
 }
 
-/// Issue 13: values cut into dozens of 64 KiB parts (each part of a key its own operation,
-/// pipelined) reassemble exactly: odd sizes in f32 and f16 by push + pull, pushpull and a
+/// Issue 13: values cut into dozens of 64 KiB parts (a single-value push one operation per
+/// part) reassemble exactly: odd sizes in f32 and f16 by push + pull, pushpull and a
 /// two-device push; a row_sparse key; the server's optimizer; 2-bit compression — every
 /// element its own value. Over shared memory and over TCP, 2 and 3 workers; then the
 /// nightly row_sparse (T27) and compression (T28) cases cut the same way.

@@ -1,6 +1,6 @@
 //! `partitions`: values cut into many parts come back whole and exact (issue 13). Run it with a
-//! small `SYNKV_PARTITION_BYTES` so every key below travels as dozens of parts, each its own
-//! engine operation where the key's parts are pipelined (`ops::pipelined`), over every server.
+//! small `SYNKV_PARTITION_BYTES` so every key below travels as dozens of parts over every
+//! server (a single-value push as one engine operation per part, `ops::push_parts`).
 //!
 //! Every element gets its own value (a function of its position, the worker's rank and the
 //! round), small integers that f32 and f16 sum exactly, so a part written at the wrong offset,

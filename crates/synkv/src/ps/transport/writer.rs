@@ -289,7 +289,7 @@ pub struct Outbox {
 
 /// The receiving side of an [`Outbox`], for [`drain`].
 #[derive(Debug)]
-pub struct OutboxRx(mpsc::Receiver<Queued>, usize);
+pub struct OutboxRx(mpsc::Receiver<Queued>);
 
 impl Outbox {
     /// An outbox of at most `max_messages` messages and `max_bytes` bytes of chunks (a message
@@ -312,9 +312,8 @@ impl Outbox {
     }
 
     fn make(max_messages: usize, max_bytes: u64, hard: bool) -> (Outbox, OutboxRx) {
-        let cap = max_messages.clamp(1, Semaphore::MAX_PERMITS);
-        let (tx, rx) = mpsc::channel(cap);
-        (Outbox { tx, queue: Arc::default(), max_bytes: max_bytes.max(1), hard }, OutboxRx(rx, cap))
+        let (tx, rx) = mpsc::channel(max_messages.clamp(1, Semaphore::MAX_PERMITS));
+        (Outbox { tx, queue: Arc::default(), max_bytes: max_bytes.max(1), hard }, OutboxRx(rx))
     }
 
     fn weight(msg: &Message) -> u64 {
@@ -459,7 +458,7 @@ where
 {
     let mut ready: std::collections::BinaryHeap<Ready> = std::collections::BinaryHeap::new();
     let mut seq = 0u64;
-    let cap = rx.1;
+    let cap = rx.0.max_capacity();
     loop {
         if ready.is_empty() {
             let queued = tokio::select! {

@@ -311,7 +311,7 @@ pub(crate) fn build(
                 for part in item.parts() {
                     let Some(s) = info.slices.get(part) else { continue };
                     let range = (s.offset - base) * unit * es..(s.offset - base + s.len) * unit * es;
-                    // The bytes hold the whole key (its shape was checked); never slice past them.
+                    // The bytes hold the item's parts (the shape was checked); never slice past them.
                     let data = if range.end <= bytes.len() { bytes.slice(range) } else { Bytes::new() };
                     let chunk = Chunk { dtype: codec::dtype_code(info.dtype), data };
                     let reply = if kind == Kind::PushPull { chunk.data.len() } else { 0 };
