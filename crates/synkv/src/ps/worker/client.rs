@@ -320,6 +320,12 @@ impl Client {
             conn
         };
         let sent = inner.servers.get(conn as usize).is_some_and(|(_, outbox)| outbox.try_send(msg).is_ok());
+        if !sent && inner.replicas {
+            // The connection's writer ended before its reader reported the break: the request
+            // waits for the scheduler's verdict like one parked on a broken connection (sent
+            // again to the new holder of its partition, or failed).
+            return Ok(Waiter { rx, server, client: self.clone() });
+        }
         if !sent {
             inner.lock().waiting.remove(&id);
             return Err(Error::Shutdown("the connection to the server is closed".into()));
