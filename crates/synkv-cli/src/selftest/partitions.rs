@@ -5,8 +5,9 @@
 //! Every element gets its own value (a function of its position, the worker's rank and the
 //! round), small integers that f32 and f16 sum exactly, so a part written at the wrong offset,
 //! lost, doubled or taken from another round fails the comparison, element by element:
-//! - dense keys of odd sizes (f32 and f16): push then pull, pushpull, and a push of two
-//!   devices' values (summed, then sent whole);
+//! - dense keys of odd sizes (f32 and f16): push then pull (the pushed array overwritten at
+//!   once: its parts are sent from its memory), pushpull, and a push of two devices' values
+//!   (summed, then sent whole);
 //! - a row_sparse key of odd row count and row length: rows of each worker pushed, pulled by
 //!   `row_sparse_pull` across many parts;
 //! - the server's optimizer (`w += 2·g`) on a partitioned key;
@@ -54,7 +55,11 @@ pub(super) fn partitions(kv: &KVStore, args: &DistArgs) -> Result<()> {
     }
     for round in 0..args.repeat {
         for (k, len, dtype) in dense {
-            kv.push(k, &array(len, dtype, |i| value(i, rank, round))?)?;
+            // The parts are sent from the array's own memory: overwriting it right away waits
+            // until every part has been written out, and never changes what was pushed.
+            let pushed = array(len, dtype, |i| value(i, rank, round))?;
+            kv.push(k, &pushed)?;
+            pushed.fill(-1000.0)?;
             let out = array(len, dtype, |_| -1.0)?;
             kv.pull(k, &out)?;
             exact(&format!("push + pull of {k}, round {round}"), &out, |i| summed(i, n, round))?;

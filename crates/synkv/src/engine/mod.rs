@@ -13,7 +13,9 @@
 //! A var listed both as read and as write counts as a write for ordering (duplicates within a
 //! list are ignored). Asynchronous ops ([`Engine::push_async`]) receive a [`Completion`] and
 //! finish when it is used, possibly later and from any thread; a dropped `Completion` finishes
-//! the op with [`Error::Dropped`], so nothing hangs on a forgotten completion.
+//! the op with [`Error::Dropped`], so nothing hangs on a forgotten completion. A lending op
+//! ([`Engine::push_async_lending`]) also receives a [`ReadLease`]: its read-only vars are
+//! released when the lease is dropped, before or after the op completes.
 //!
 //! ## Errors
 //! An op fails when its closure returns `Err`, panics (caught; the pool thread survives) or
@@ -71,6 +73,6 @@ mod var;
 mod tests;
 
 pub use error::{BoxError, Error};
-pub use op::{Completion, Priority};
+pub use op::{Completion, Priority, ReadLease};
 pub use scheduler::{Engine, PendingWait};
 pub use var::Var;

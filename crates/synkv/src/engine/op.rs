@@ -45,8 +45,12 @@ pub(crate) struct Op {
     /// Whether the read-only vars are released when the async closure returns
     /// ([`Engine::push_async_consuming`](super::Engine::push_async_consuming)).
     pub(crate) early_reads: bool,
-    /// Set by whoever releases the read-only vars first (the closure's return or `finish`).
+    /// Set by whoever releases the read-only vars first (the closure's return, the drop of a
+    /// [`ReadLease`], or `finish`).
     reads_released: AtomicBool,
+    /// Whether a [`ReadLease`] holds the read-only vars: then only its drop releases them,
+    /// even after the op finished ([`Engine::push_async_lending`](super::Engine::push_async_lending)).
+    pub(crate) leased: AtomicBool,
     /// The engine that runs it.
     pub(crate) engine: Arc<Shared>,
 }
@@ -65,6 +69,7 @@ impl Op {
             takes_errors: false,
             early_reads: false,
             reads_released: AtomicBool::new(false),
+            leased: AtomicBool::new(false),
             engine,
         }
     }
@@ -127,7 +132,8 @@ impl Op {
             self.engine.record_error(err);
         }
         let mut ready = Ready::None;
-        let reads_held = !self.reads_released.swap(true, Ordering::AcqRel);
+        // A lease keeps the reads past the op's end: its drop releases them.
+        let reads_held = !self.leased.load(Ordering::Acquire) && !self.reads_released.swap(true, Ordering::AcqRel);
         for (var, access) in &self.vars {
             if access.writes() || reads_held {
                 var.release(*access, outcome.as_ref(), &mut ready);
@@ -175,6 +181,30 @@ impl Ready {
     }
 }
 
+/// The read-only vars of a lending operation ([`Engine::push_async_lending`]
+/// (super::Engine::push_async_lending)): they stay held, even after the operation completes,
+/// until this is dropped. Whoever holds it may read the memory those vars guard.
+pub struct ReadLease(Arc<Op>);
+
+impl ReadLease {
+    pub(crate) fn new(op: Arc<Op>) -> ReadLease {
+        op.leased.store(true, Ordering::Release);
+        ReadLease(op)
+    }
+}
+
+impl fmt::Debug for ReadLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ReadLease").field(&self.0.name).finish()
+    }
+}
+
+impl Drop for ReadLease {
+    fn drop(&mut self) {
+        self.0.release_reads();
+    }
+}
+
 /// Handed to an asynchronous operation; completing it releases the operation's variables.
 ///
 /// Use it exactly once, from any thread: [`done`](Completion::done) or
@@ -184,6 +214,11 @@ pub struct Completion(Option<Arc<Op>>);
 impl Completion {
     pub(crate) fn new(op: Arc<Op>) -> Completion {
         Completion(Some(op))
+    }
+
+    /// The lease of the op's read-only vars (see [`ReadLease`]).
+    pub(crate) fn lease(&self) -> Option<ReadLease> {
+        self.0.as_ref().map(|op| ReadLease::new(Arc::clone(op)))
     }
 
     /// The operation succeeded.

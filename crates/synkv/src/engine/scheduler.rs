@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
 use super::error::{BoxError, Error};
-use super::op::{Completion, Op, Priority, Work};
+use super::op::{Completion, Op, Priority, ReadLease, Work};
 use super::pool::{self, Shared};
 use super::var::{Access, Var, WaitStart};
 
@@ -112,6 +112,22 @@ impl Engine {
         F: FnOnce(Completion) + Send + 'static,
     {
         self.submit_op(name, reads, writes, priority, Work::Async(Box::new(f)), false, true);
+    }
+
+    /// Like [`Engine::push_async`], but `f` also receives a [`ReadLease`]: the vars the op only
+    /// reads stay held until the lease is dropped — earlier than the op's completion, or later.
+    /// A distributed push lends the pushed arrays' memory to the network writer this way (no
+    /// copy): the lease travels with the bytes and is dropped once they are written out, so a
+    /// later write of the array waits exactly until then, not for the servers' answers.
+    pub fn push_async_lending<F>(&self, name: &'static str, reads: &[Var], writes: &[Var], priority: Priority, f: F)
+    where
+        F: FnOnce(Completion, ReadLease) + Send + 'static,
+    {
+        let work = Work::Async(Box::new(move |done: Completion| match done.lease() {
+            Some(lease) => f(done, lease),
+            None => done.fail("the operation had no lease to give".into()),
+        }));
+        self.submit(name, reads, writes, priority, work);
     }
 
     fn submit(&self, name: &'static str, reads: &[Var], writes: &[Var], priority: Priority, work: Work) {

@@ -177,6 +177,11 @@ impl NDArray {
         self.inner.data.read_recursive()
     }
 
+    /// The lock around the data (`lend.rs` holds it past a guard; tests check who holds it).
+    pub(crate) fn data_lock(&self) -> &RwLock<Storage> {
+        &self.inner.data
+    }
+
     /// Write access to the data (see [`NDArray::storage`]).
     pub(crate) fn storage_mut(&self) -> RwLockWriteGuard<'_, Storage> {
         self.inner.data.write()

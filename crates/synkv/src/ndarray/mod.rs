@@ -30,6 +30,7 @@ mod context;
 mod data;
 mod dtype;
 mod error;
+mod lend;
 mod ops;
 mod shape;
 pub mod sparse;
@@ -43,6 +44,8 @@ pub use dtype::{DType, ParseDTypeError};
 pub use error::Error;
 pub use shape::Shape;
 pub use storage::{RowSparse, Storage, StorageType};
+
+pub(crate) use lend::lend_bytes;
 
 /// A `Result` whose error is an [`ndarray::Error`](Error).
 pub type Result<T, E = Error> = std::result::Result<T, E>;

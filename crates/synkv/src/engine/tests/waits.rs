@@ -218,3 +218,73 @@ fn a_consuming_async_op_releases_its_reads_when_its_closure_returns() {
         assert!(engine.wait_all().is_err());
     });
 }
+
+#[test]
+fn a_lending_op_holds_its_reads_until_the_lease_drops_even_after_it_completed() {
+    watchdog(|| {
+        let engine = Engine::new(2);
+        let (input, output) = (Var::new(), Var::new());
+        let (tx, rx) = mpsc::channel();
+        engine.push_async_lending("lend", from_ref(&input), from_ref(&output), 0, move |done, lease| {
+            tx.send((done, lease)).unwrap();
+        });
+        let (done, lease) = rx.recv_timeout(LIMIT).expect("the op ran");
+        // The op completes while the lease (the bytes on their way) is still out.
+        done.done();
+        engine.wait_to_read(&output).unwrap();
+        // Reads of the input are never held up by a lease.
+        engine.wait_to_read(&input).unwrap();
+        let (wtx, wrx) = mpsc::channel();
+        let (e, inp) = (engine.clone(), input.clone());
+        let writer = std::thread::spawn(move || {
+            let result = e.wait_to_write(&inp);
+            wtx.send(()).unwrap();
+            result
+        });
+        assert!(wrx.recv_timeout(Duration::from_millis(50)).is_err(), "the input was writable while its lease was out");
+        drop(lease);
+        wrx.recv_timeout(LIMIT).expect("dropping the lease frees the input");
+        writer.join().unwrap().unwrap();
+        engine.wait_all().unwrap();
+    });
+}
+
+#[test]
+fn a_lending_op_frees_its_reads_when_the_lease_drops_before_it_completes() {
+    watchdog(|| {
+        let engine = Engine::new(2);
+        let (input, output) = (Var::new(), Var::new());
+        let (tx, rx) = mpsc::channel();
+        engine.push_async_lending("lend", from_ref(&input), from_ref(&output), 0, move |done, lease| {
+            drop(lease);
+            tx.send(done).unwrap();
+        });
+        let done = rx.recv_timeout(LIMIT).expect("the op ran");
+        engine.wait_to_write(&input).unwrap();
+        let (otx, orx) = mpsc::channel();
+        let (e, out) = (engine.clone(), output.clone());
+        let waiter = std::thread::spawn(move || {
+            let result = e.wait_to_read(&out);
+            otx.send(()).unwrap();
+            result
+        });
+        assert!(orx.recv_timeout(Duration::from_millis(50)).is_err(), "the output was readable before the op completed");
+        done.done();
+        waiter.join().unwrap().unwrap();
+        engine.wait_all().unwrap();
+    });
+}
+
+#[test]
+fn a_lending_op_whose_closure_panics_releases_everything() {
+    watchdog(|| {
+        let engine = Engine::new(2);
+        let (input, output) = (Var::new(), Var::new());
+        engine.push_async_lending("lend", from_ref(&input), from_ref(&output), 0, move |_done, _lease| {
+            panic!("boom");
+        });
+        engine.wait_to_write(&input).unwrap();
+        assert!(engine.wait_to_read(&output).is_err());
+        assert!(engine.wait_all().is_err());
+    });
+}

@@ -20,7 +20,7 @@ use super::keys::KeyInfo;
 use super::ops::{Item, Kind};
 use crate::compression::GradientCompression;
 use crate::engine::Priority;
-use crate::ndarray::{sparse, Buffer, RowSparse, Storage};
+use crate::ndarray::{lend_bytes, sparse, Buffer, RowSparse, Storage};
 use crate::ps::codec;
 use crate::ps::proto::{Chunk, Command, DTypeCode, Flags, Limits, Message};
 use crate::StorageType;
@@ -55,6 +55,10 @@ impl Budget {
 /// Where each key of a message goes back to: (item, index of the part in the key's slices,
 /// first requested row).
 pub(crate) type Places = Vec<(usize, usize, usize)>;
+
+/// What keeps a push's arrays readable while their memory is lent to the writer (the engine's
+/// [`ReadLease`](crate::engine::ReadLease) of the operation).
+pub(crate) type Lease = Arc<dyn std::any::Any + Send + Sync>;
 
 /// An operation's messages (with their servers) and, per message, where its keys go back to.
 pub(crate) type Built = (Vec<(u32, Message)>, Vec<Places>);
@@ -152,24 +156,28 @@ fn byte_len(chunks: &[Chunk]) -> u64 {
     chunks.iter().map(|c| u64::try_from(c.data.len()).unwrap_or(u64::MAX)).sum()
 }
 
-/// The communication bytes of a dense key's push: one copy of a single value (into the key's
-/// reused buffer), or the sum of several handed over without another copy. For an item of
-/// one part, the bytes of that part alone (the single value's part copied); otherwise the
-/// whole key's.
-fn dense_bytes(item: &Item) -> Option<Bytes> {
+/// The communication bytes of a dense key's push: a single value lent as it is (with a
+/// `lease`: no copy, the caller's memory goes to the writer), or one copy of it (into the
+/// key's reused buffer), or the sum of several handed over without another copy. For an item
+/// of one part, the bytes of that part alone; otherwise the whole key's.
+fn dense_bytes(item: &Item, lease: Option<&Lease>) -> Option<Bytes> {
     let info = &item.info;
     if let [one] = item.inputs.as_slice() {
+        let es = info.dtype.size_of();
+        let range = match item.part {
+            Some(p) => info.slices.get(p).map(|s| s.offset * es..(s.offset + s.len) * es)?,
+            None => 0..info.shape.size() * es,
+        };
+        if let Some(lease) = lease.filter(|_| one.dtype() == info.dtype) {
+            if let Some(lent) = lend_bytes(one, range.clone(), Arc::clone(lease)) {
+                return Some(lent);
+            }
+        }
         let guard = one.storage();
         if let Some(b) = guard.dense().filter(|b| b.dtype() == info.dtype) {
             let all = codec::buffer_bytes(b);
-            let (src, spare) = match item.part {
-                Some(p) => {
-                    let s = info.slices.get(p)?;
-                    let es = info.dtype.size_of();
-                    (all.get(s.offset * es..(s.offset + s.len) * es)?, info.spares.get(p)?)
-                }
-                None => (all, info.spares.first()?),
-            };
+            let spare = info.spares.get(item.part.unwrap_or(0))?;
+            let src = all.get(range)?;
             let mut spare = spare.lock();
             let bytes = codec::copy_reusing(src, spare.take());
             *spare = Some(bytes.clone());
@@ -277,6 +285,7 @@ pub(crate) fn build(
     priority: Priority,
     compression: Option<&GradientCompression>,
     budget: Budget,
+    lease: Option<&Lease>,
 ) -> crate::Result<Built> {
     let command = match kind {
         Kind::Push => Command::Push,
@@ -305,7 +314,7 @@ pub(crate) fn build(
                 }
             }
             Kind::Push | Kind::PushPull if info.stype == StorageType::Dense => {
-                let bytes = dense_bytes(item).unwrap_or_default();
+                let bytes = dense_bytes(item, lease).unwrap_or_default();
                 // The bytes start at the first part this item moves.
                 let base = info.slices.get(item.parts().start).map_or(0, |s| s.offset);
                 for part in item.parts() {
@@ -419,7 +428,7 @@ mod tests {
         assert_eq!(info.slices.len(), 2);
         let value = NDArray::row_sparse([1000, 4], vec![3, 600], Buffer::from_vec(vec![1.0f32; 8]), Context::cpu(0)).unwrap();
         let item = Item { info: Arc::clone(&info), inputs: smallvec::smallvec![value], outs: SmallVec::new(), ids: Vec::new(), part: None };
-        let (msgs, places) = build(Kind::Push, &[item], 0, None, BUDGET).unwrap();
+        let (msgs, places) = build(Kind::Push, &[item], 0, None, BUDGET, None).unwrap();
         assert_eq!(msgs.len(), 2);
         for ((server, m), place) in msgs.iter().zip(&places) {
             assert!(m.flags.contains(Flags::ROW_SPARSE));
@@ -429,7 +438,7 @@ mod tests {
             assert_eq!(place.len(), 1);
         }
         let pull = Item { info, inputs: SmallVec::new(), outs: SmallVec::new(), ids: vec![1, 2, 999], part: None };
-        let (msgs, places) = build(Kind::RowSparsePull, &[pull], 0, None, BUDGET).unwrap();
+        let (msgs, places) = build(Kind::RowSparsePull, &[pull], 0, None, BUDGET, None).unwrap();
         let asked: Vec<(u32, Vec<i64>)> = msgs.iter().map(|(s, m)| (*s, codec::ids_from_chunk(&m.chunks[0], 500).unwrap())).collect();
         assert_eq!(asked, vec![(0, vec![1, 2]), (1, vec![499])]);
         assert_eq!(places[1][0].2, 2, "server 1's rows start at position 2 of the output");
@@ -461,7 +470,7 @@ mod tests {
             .collect();
         let batches = super::super::ops::batches(items);
         assert_eq!(batches.len(), 1);
-        let (msgs, _) = build(Kind::Push, &batches[0], 0, None, BUDGET).unwrap();
+        let (msgs, _) = build(Kind::Push, &batches[0], 0, None, BUDGET, None).unwrap();
         assert_eq!(msgs.len(), 2, "one message per server");
         assert_eq!(msgs.iter().map(|(_, m)| m.meta.keys.len()).sum::<usize>(), 100);
     }
@@ -487,7 +496,7 @@ mod tests {
                 ids: Vec::new(),
                 part: None,
             };
-            let (msgs, _) = build(Kind::Push, &[item], 0, Some(&gc), BUDGET).unwrap();
+            let (msgs, _) = build(Kind::Push, &[item], 0, Some(&gc), BUDGET, None).unwrap();
             assert_eq!(msgs.len(), slices.len());
             let mut values = vec![0.0f32; n];
             for ((server, m), s) in msgs.iter().zip(&slices) {
@@ -511,5 +520,41 @@ mod tests {
                 r.to_vec()
             });
         }
+    }
+
+    #[test]
+    fn with_a_lease_a_single_value_is_sent_from_its_own_memory_and_held_until_the_messages_drop() {
+        let n = 1000;
+        let ps = slicer::int_key(7);
+        let slices = slicer::slices(ps, n, 1, 2, 10);
+        let info = Arc::new(KeyInfo::for_test(Key::Int(7), Shape::from(vec![n]), DType::F32, StorageType::Dense, slices.clone()));
+        let value = NDArray::from_vec([n], (0..n).map(|i| i as f32).collect::<Vec<f32>>()).unwrap();
+        let lease: Lease = Arc::new(());
+        for part in [None, Some(1)] {
+            let memory = value.storage().dense().map(|b| codec::buffer_bytes(b).as_ptr() as usize).unwrap();
+            let item =
+                Item { info: Arc::clone(&info), inputs: smallvec::smallvec![value.clone()], outs: SmallVec::new(), ids: Vec::new(), part };
+            let (msgs, _) = build(Kind::Push, &[item], 0, None, BUDGET, Some(&lease)).unwrap();
+            let sent: Vec<(u32, usize, usize)> =
+                msgs.iter().map(|(srv, m)| (*srv, m.chunks[0].data.as_ptr() as usize, m.chunks[0].data.len())).collect();
+            let expected: Vec<(u32, usize, usize)> = slices
+                .iter()
+                .enumerate()
+                .filter(|(p, _)| part.is_none_or(|q| q == *p))
+                .map(|(_, s)| (s.server, memory + s.offset * 4, s.len * 4))
+                .collect();
+            assert_eq!(sent, expected, "each part's chunk is the array's own bytes (part {part:?})");
+            assert!(Arc::strong_count(&lease) > 1, "the messages hold the lease");
+            assert!(value.data_lock().try_write().is_none(), "and the array's data");
+            drop(msgs);
+            assert_eq!(Arc::strong_count(&lease), 1, "dropped with the messages");
+            value.fill(2.0).unwrap();
+        }
+        // Another dtype is cast into a buffer: copied, not lent.
+        let f16 = NDArray::from_vec([n], vec![half::f16::ONE; n]).unwrap();
+        let item = Item { info, inputs: smallvec::smallvec![f16], outs: SmallVec::new(), ids: Vec::new(), part: None };
+        let (msgs, _) = build(Kind::Push, &[item], 0, None, BUDGET, Some(&lease)).unwrap();
+        assert_eq!(Arc::strong_count(&lease), 1);
+        assert_eq!(codec::chunk_to_buffer(&msgs[0].1.chunks[0], DType::F32).unwrap().to_vec::<f32>(), vec![1.0f32; slices[0].len]);
     }
 }

@@ -177,7 +177,12 @@ impl DistStore {
             num_workers: worker.num_workers(),
             num_servers: worker.num_servers(),
             layout: Layout { servers: worker.num_servers(), bound: config.bigarray_bound, partition_bytes: config.partition_bytes },
-            ctx: Ctx { client, rt: handle.clone(), budget: Budget::new(config.partition_bytes, &config.limits) },
+            ctx: Ctx {
+                client,
+                rt: handle.clone(),
+                budget: Budget::new(config.partition_bytes, &config.limits),
+                lend: config.replicas == 0,
+            },
             max_text: usize::try_from(config.limits.max_string_len).unwrap_or(usize::MAX),
             rt: Some(rt),
             handle,

@@ -1,9 +1,12 @@
 //! The dist store's data operations as asynchronous engine operations.
 //!
 //! An operation declares its vars (push: reads the values, writes the keys' vars; pull: reads
-//! the keys' vars, writes the outputs; pushpull: both). A push releases the values it read as
-//! soon as it has copied them (`Engine::push_async_consuming`), so waiting to overwrite a pushed
-//! array never waits for the servers. On an engine thread it builds the messages (`build.rs`:
+//! the keys' vars, writes the outputs; pushpull: both). A push lends a single value's memory
+//! to the connection's writer (`Engine::push_async_lending`: no copy; the value is read again
+//! by nobody but the writer, and is free once its bytes are written out), or, when it sums,
+//! casts or quantizes, or with replicas, releases the values as soon as it has copied them
+//! (`Engine::push_async_consuming`); either way waiting to overwrite a pushed array never
+//! waits for the servers. On an engine thread it builds the messages (`build.rs`:
 //! summed, cut into parts, packed by server within the message budget), hands them to the
 //! worker's tokio runtime and returns. The engine operation completes when every server has
 //! replied — pulled values are written into the outputs first (`reply.rs`), and every part a
@@ -18,12 +21,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use smallvec::SmallVec;
 
-use super::build::{build, Budget};
+use super::build::{build, Budget, Lease};
 use super::keys::KeyInfo;
 use super::reply::{prepare_row_outputs, refusal, write_back};
 use super::spans::{self, Sent};
 use crate::compression::GradientCompression;
-use crate::engine::{Completion, Engine, Priority, Var};
+use crate::engine::{Completion, Engine, Priority, ReadLease, Var};
 use crate::ps::metrics::METRICS;
 use crate::ps::{trace, wait_each, Client, Role};
 use crate::{NDArray, StorageType};
@@ -123,6 +126,10 @@ pub(crate) struct Ctx {
     pub(crate) client: Client,
     pub(crate) rt: tokio::runtime::Handle,
     pub(crate) budget: Budget,
+    /// Whether a push may send a value from the caller's memory (`build::Lease`): not with
+    /// replicas, whose client keeps every request until answered (to send it again after a
+    /// failover), which would hold the pushed arrays that long.
+    pub(crate) lend: bool,
 }
 
 /// Splits items into operations: a big (split) key alone, small keys together.
@@ -174,14 +181,20 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
         Kind::RowSparsePull => ("dist row_sparse_pull", "row_sparse_pull"),
     };
     let ctx = ctx.clone();
-    let body = move |done: Completion| {
+    let lending = kind == Kind::Push && ctx.lend && compression.is_none();
+    let body = move |done: Completion, lease: Option<ReadLease>| {
         if kind == Kind::RowSparsePull {
             items.iter().for_each(prepare_row_outputs);
         }
         let rec = trace::recorder(Role::Worker);
         let traced = rec.enabled();
         let building = traced.then(std::time::Instant::now);
-        let (msgs, places) = match build(kind, &items, priority, compression.as_ref(), ctx.budget) {
+        // With a lease, a single value's bytes go to the writer as they are; the lease (and
+        // the arrays' data locks) then live as long as the messages, until written out.
+        let lease: Option<Lease> = lease.map(|l| Arc::new(l) as Lease);
+        let built = build(kind, &items, priority, compression.as_ref(), ctx.budget, lease.as_ref());
+        drop(lease);
+        let (msgs, places) = match built {
             Ok(built) => built,
             Err(e) => return done.fail(Box::new(e)),
         };
@@ -264,11 +277,15 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
             }
         });
     };
+    let engine = Engine::global();
     match kind {
+        // The pushed arrays are lent to the writer: free again once their bytes are written
+        // out (into a shared-memory slot or onto the socket), long before the servers answer.
+        Kind::Push if lending => engine.push_async_lending(name, &reads, &writes, priority, move |done, lease| body(done, Some(lease))),
         // The body copies (or quantizes) the pushed arrays before it returns: they are free
-        // again then, long before the servers answer.
-        Kind::Push | Kind::PushPull => Engine::global().push_async_consuming(name, &reads, &writes, priority, body),
-        Kind::Pull | Kind::RowSparsePull => Engine::global().push_async(name, &reads, &writes, priority, body),
+        // again then.
+        Kind::Push | Kind::PushPull => engine.push_async_consuming(name, &reads, &writes, priority, move |done| body(done, None)),
+        Kind::Pull | Kind::RowSparsePull => engine.push_async(name, &reads, &writes, priority, move |done| body(done, None)),
     }
 }
 
