@@ -109,9 +109,12 @@ fn t24(kv: &KVStore, args: &DistArgs, rate: Option<f64>) -> Result<()> {
 /// worker 0 pushes, waits to overwrite its array and overwrites it, and only then lets the
 /// others push (a barrier). Were the wait tied to the servers' answer, worker 0 would wait for
 /// a round that needs the other workers, who wait at the barrier: a deadlock, not a pass.
+/// 64 MiB: larger than the servers' ingress and held budgets and than the default part, so
+/// the value sent from worker 0's own memory (lent until written out) must be taken by the
+/// servers (held, then folded) before the others push.
 fn push_release(kv: &KVStore) -> Result<()> {
     let (rank, n) = (kv.rank(), kv.num_workers() as f64);
-    let shape = [1200usize, 1200];
+    let shape = [4096usize, 4096];
     kv.init("g", &full(&shape, 0.0, DType::F32))?;
     let grad = full(&shape, rank as f64 + 1.0, DType::F32);
     if rank == 0 {
