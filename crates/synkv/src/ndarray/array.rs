@@ -160,6 +160,12 @@ impl NDArray {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
+    /// A number that only this array's handles share while it lives (to find one array among
+    /// many with a hash set, where [`NDArray::is_same`] would compare every pair).
+    pub(crate) fn identity(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
     /// Whether another handle to this array exists.
     pub(crate) fn is_shared(&self) -> bool {
         Arc::strong_count(&self.inner) > 1

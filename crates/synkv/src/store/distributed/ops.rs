@@ -1,10 +1,11 @@
 //! The dist store's data operations as asynchronous engine operations.
 //!
 //! An operation declares its vars (push: reads the values, writes the keys' vars; pull: reads
-//! the keys' vars, writes the outputs; pushpull: both). A push lends a single value's memory
-//! to the connection's writer (`Engine::push_async_lending`: no copy; the value is read again
-//! by nobody but the writer, and is free once its bytes are written out), or, when it sums,
-//! casts or quantizes, or with replicas, releases the values as soon as it has copied them
+//! the keys' vars, writes the outputs; pushpull: both). A push (or a pushpull into other
+//! arrays than its inputs) lends a single value's memory to the connection's writer
+//! (`Engine::push_async_lending`: no copy; the value is read again by nobody but the writer,
+//! and is free once its bytes are written out), or, when it sums, casts or quantizes, or
+//! with replicas, releases the values as soon as it has copied them
 //! (`Engine::push_async_consuming`); either way waiting to overwrite a pushed array never
 //! waits for the servers. On an engine thread it builds the messages (`build.rs`:
 //! summed, cut into parts, packed by server within the message budget), hands them to the
@@ -19,6 +20,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use rustc_hash::FxHashSet;
 use smallvec::SmallVec;
 
 use super::build::{build, Budget, Lease};
@@ -181,7 +183,7 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
         Kind::RowSparsePull => ("dist row_sparse_pull", "row_sparse_pull"),
     };
     let ctx = ctx.clone();
-    let lending = kind == Kind::Push && ctx.lend && compression.is_none();
+    let lending = ctx.lend && compression.is_none() && lends(kind, &items);
     let body = move |done: Completion, lease: Option<ReadLease>| {
         if kind == Kind::RowSparsePull {
             items.iter().for_each(prepare_row_outputs);
@@ -281,7 +283,9 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
     match kind {
         // The pushed arrays are lent to the writer: free again once their bytes are written
         // out (into a shared-memory slot or onto the socket), long before the servers answer.
-        Kind::Push if lending => engine.push_async_lending(name, &reads, &writes, priority, move |done, lease| body(done, Some(lease))),
+        Kind::Push | Kind::PushPull if lending => {
+            engine.push_async_lending(name, &reads, &writes, priority, move |done, lease| body(done, Some(lease)))
+        }
         // The body copies (or quantizes) the pushed arrays before it returns: they are free
         // again then.
         Kind::Push | Kind::PushPull => engine.push_async_consuming(name, &reads, &writes, priority, move |done| body(done, None)),
@@ -289,7 +293,59 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
     }
 }
 
+/// Whether an operation may send its values from the callers' memory: a push, or a pushpull
+/// none of whose outputs is one of its inputs. Writing an answer into an output takes that
+/// array's data lock, which a lent value holds until its bytes are written out — for a key
+/// in several parts, until its last part has left — so an answer could wait for a later
+/// message (and hold a runtime thread meanwhile); such a pushpull copies its values instead.
+fn lends(kind: Kind, items: &[Item]) -> bool {
+    match kind {
+        Kind::Push => true,
+        Kind::PushPull => {
+            // A batch may hold 10^5 keys: a set, not a comparison of every pair.
+            let inputs: FxHashSet<usize> = items.iter().flat_map(|it| &it.inputs).map(NDArray::identity).collect();
+            !items.iter().flat_map(|it| &it.outs).any(|o| inputs.contains(&o.identity()))
+        }
+        Kind::Pull | Kind::RowSparsePull => false,
+    }
+}
+
 /// The bytes of a command body.
 pub(crate) fn body(text: &str) -> Bytes {
     Bytes::copy_from_slice(text.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ps::slicer;
+    use crate::store::Key;
+    use crate::{DType, Shape};
+
+    fn item(k: i32, input: &NDArray, out: &NDArray) -> Item {
+        let info = KeyInfo::for_test(
+            Key::Int(k),
+            Shape::from(vec![4]),
+            DType::F32,
+            StorageType::Dense,
+            slicer::slices(slicer::int_key(k), 4, 1, 1, 100),
+        );
+        Item {
+            info: Arc::new(info),
+            inputs: smallvec::smallvec![input.clone()],
+            outs: smallvec::smallvec![out.clone()],
+            ids: Vec::new(),
+            part: None,
+        }
+    }
+
+    #[test]
+    fn a_pushpull_lends_its_values_only_when_no_output_is_one_of_its_inputs() {
+        let (a, b, c) = (NDArray::ones([4]), NDArray::ones([4]), NDArray::ones([4]));
+        assert!(lends(Kind::Push, &[item(1, &a, &a)]));
+        assert!(lends(Kind::PushPull, &[item(1, &a, &b), item(2, &c, &NDArray::ones([4]))]));
+        assert!(!lends(Kind::PushPull, &[item(1, &a, &a)]), "in place");
+        assert!(!lends(Kind::PushPull, &[item(1, &a, &b), item(2, &c, &a)]), "one key's output is another key's input");
+        assert!(!lends(Kind::Pull, &[item(1, &a, &b)]));
+    }
 }
