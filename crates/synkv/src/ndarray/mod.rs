@@ -15,14 +15,15 @@
 //! - `dtype.rs` — [`DType`] and its parse error;
 //! - `shape.rs` — [`Shape`];
 //! - `context.rs` — [`Context`], [`DeviceType`];
-//! - `data.rs` — [`Data`], owned or external (zero-copy) elements; the only `unsafe` here;
+//! - `data.rs` — [`Data`], owned or external (zero-copy) elements (`unsafe`);
+//! - `lend.rs` — a dense array's bytes lent to the network as `Bytes`, no copy (`unsafe`);
 //! - `buffer.rs` — [`Buffer`], a typed, contiguous vector of one dtype;
 //! - `storage.rs` — [`Storage`] (dense | row_sparse) and [`StorageType`];
 //! - `array.rs` — [`NDArray`] itself (construction, access, waiting, copies);
 //! - `ops.rs` — elementwise arithmetic with scalars and arrays;
 //! - `sparse.rs` — row_sparse kernels (sum by row union, gather rows by id);
 //! - `error.rs` — [`Error`].
-#![deny(unsafe_code)] // except in data.rs, which allows it item by item
+#![deny(unsafe_code)] // except in data.rs (item by item) and lend.rs
 
 mod array;
 mod buffer;
