@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::{watchdog, Gate, LIMIT};
 use crate::engine::scheduler::threads_from;
-use crate::engine::{Engine, Var};
+use crate::engine::{Engine, Error, Var};
 
 /// A read of `v` that blocks until `gate` opens; `started` opens when it runs.
 fn blocked_read(engine: &Engine, v: &Var, started: &Gate, gate: &Gate) {
@@ -18,6 +18,19 @@ fn blocked_read(engine: &Engine, v: &Var, started: &Gate, gate: &Gate) {
         assert!(gate.wait());
         Ok(())
     });
+}
+
+/// Starts `wait_to_write` (`write`) or `wait_to_read` of `var` on a thread of its own: its
+/// handle, and a receiver that hears when the wait returned.
+fn waiting(engine: &Engine, var: &Var, write: bool) -> (std::thread::JoinHandle<Result<(), Error>>, mpsc::Receiver<()>) {
+    let (tx, rx) = mpsc::channel();
+    let (e, var) = (engine.clone(), var.clone());
+    let handle = std::thread::spawn(move || {
+        let result = if write { e.wait_to_write(&var) } else { e.wait_to_read(&var) };
+        let _ = tx.send(());
+        result
+    });
+    (handle, rx)
 }
 
 #[test]
@@ -30,13 +43,7 @@ fn wait_to_write_waits_for_readers_but_wait_to_read_does_not() {
         assert!(started.wait());
         // No write is pending: reading may proceed beside the reader.
         engine.wait_to_read(&v).unwrap();
-        let (tx, rx) = mpsc::channel();
-        let (e, var) = (engine.clone(), v.clone());
-        let waiter = std::thread::spawn(move || {
-            let result = e.wait_to_write(&var);
-            tx.send(()).unwrap();
-            result
-        });
+        let (waiter, rx) = waiting(&engine, &v, true);
         assert!(rx.recv_timeout(Duration::from_millis(50)).is_err(), "wait_to_write returned while a reader was running");
         gate.open();
         rx.recv_timeout(LIMIT).expect("wait_to_write never returned");
@@ -204,13 +211,7 @@ fn a_consuming_async_op_releases_its_reads_when_its_closure_returns() {
         });
         engine.wait_to_read(&input).unwrap();
         assert!(written.load(Ordering::SeqCst), "a later write of the input ran before the op completed");
-        let (otx, orx) = mpsc::channel();
-        let (e, out) = (engine.clone(), output.clone());
-        let waiter = std::thread::spawn(move || {
-            let result = e.wait_to_read(&out);
-            otx.send(()).unwrap();
-            result
-        });
+        let (waiter, orx) = waiting(&engine, &output, false);
         assert!(orx.recv_timeout(Duration::from_millis(50)).is_err(), "the output was readable before the op completed");
         done.fail("the server went away".into());
         assert!(waiter.join().unwrap().is_err(), "the failure is recorded on the output");
@@ -234,13 +235,7 @@ fn a_lending_op_holds_its_reads_until_the_lease_drops_even_after_it_completed() 
         engine.wait_to_read(&output).unwrap();
         // Reads of the input are never held up by a lease.
         engine.wait_to_read(&input).unwrap();
-        let (wtx, wrx) = mpsc::channel();
-        let (e, inp) = (engine.clone(), input.clone());
-        let writer = std::thread::spawn(move || {
-            let result = e.wait_to_write(&inp);
-            wtx.send(()).unwrap();
-            result
-        });
+        let (writer, wrx) = waiting(&engine, &input, true);
         assert!(wrx.recv_timeout(Duration::from_millis(50)).is_err(), "the input was writable while its lease was out");
         drop(lease);
         wrx.recv_timeout(LIMIT).expect("dropping the lease frees the input");
@@ -261,13 +256,7 @@ fn a_lending_op_frees_its_reads_when_the_lease_drops_before_it_completes() {
         });
         let done = rx.recv_timeout(LIMIT).expect("the op ran");
         engine.wait_to_write(&input).unwrap();
-        let (otx, orx) = mpsc::channel();
-        let (e, out) = (engine.clone(), output.clone());
-        let waiter = std::thread::spawn(move || {
-            let result = e.wait_to_read(&out);
-            otx.send(()).unwrap();
-            result
-        });
+        let (waiter, orx) = waiting(&engine, &output, false);
         assert!(orx.recv_timeout(Duration::from_millis(50)).is_err(), "the output was readable before the op completed");
         done.done();
         waiter.join().unwrap().unwrap();
