@@ -42,11 +42,8 @@ pub(crate) struct Op {
     finished: AtomicBool,
     /// Whether an error inherited from a read-only var is moved (cleared on that var).
     pub(crate) takes_errors: bool,
-    /// Whether the read-only vars are released when the async closure returns
-    /// ([`Engine::push_async_consuming`](super::Engine::push_async_consuming)).
-    pub(crate) early_reads: bool,
-    /// Set by whoever releases the read-only vars first (the closure's return, the drop of a
-    /// [`ReadLease`], or `finish`).
+    /// Set by whoever releases the read-only vars first (the drop of a [`ReadLease`], or
+    /// `finish`).
     reads_released: AtomicBool,
     /// Whether a [`ReadLease`] holds the read-only vars: then only its drop releases them,
     /// even after the op finished ([`Engine::push_async_lending`](super::Engine::push_async_lending)).
@@ -67,7 +64,6 @@ impl Op {
             inherited: Mutex::new(None),
             finished: AtomicBool::new(false),
             takes_errors: false,
-            early_reads: false,
             reads_released: AtomicBool::new(false),
             leased: AtomicBool::new(false),
             engine,
@@ -106,7 +102,7 @@ impl Op {
         self.vars.iter().any(|(v, access)| v.same(var) && (access.writes() || (write && reads_held)))
     }
 
-    /// Releases the read-only vars now (an early-reads op whose closure returned), unless that
+    /// Releases the read-only vars now (a lending op's [`ReadLease`] was dropped), unless that
     /// happened already; ops this makes runnable are scheduled.
     pub(crate) fn release_reads(&self) {
         if self.reads_released.swap(true, Ordering::AcqRel) {

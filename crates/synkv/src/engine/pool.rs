@@ -253,9 +253,6 @@ fn run(op: Arc<Op>) {
             let panicked =
                 panic::catch_unwind(AssertUnwindSafe(move || f(completion))).err().map(|payload| Error::panicked(op.name, &*payload));
             RUNNING.with(|r| *r.borrow_mut() = None);
-            if op.early_reads && panicked.is_none() {
-                op.release_reads();
-            }
             if let Some(err) = panicked {
                 if !op.finish(Some(err.clone()), true) {
                     // Completed, then panicked: its vars are settled, but the panic must not

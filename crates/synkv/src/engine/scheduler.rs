@@ -111,7 +111,11 @@ impl Engine {
     where
         F: FnOnce(Completion) + Send + 'static,
     {
-        self.submit_op(name, reads, writes, priority, Work::Async(Box::new(f)), false, true);
+        // A lease given back as soon as `f` returns (or unwinds).
+        self.push_async_lending(name, reads, writes, priority, move |done, lease| {
+            f(done);
+            drop(lease);
+        });
     }
 
     /// Like [`Engine::push_async`], but `f` also receives a [`ReadLease`]: the vars the op only
@@ -135,24 +139,9 @@ impl Engine {
     }
 
     fn submit_with(&self, name: &'static str, reads: &[Var], writes: &[Var], priority: Priority, work: Work, takes_errors: bool) {
-        self.submit_op(name, reads, writes, priority, work, takes_errors, false);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn submit_op(
-        &self,
-        name: &'static str,
-        reads: &[Var],
-        writes: &[Var],
-        priority: Priority,
-        work: Work,
-        takes_errors: bool,
-        early_reads: bool,
-    ) {
         let shared = &self.0.shared;
         let mut op = Op::new(name, priority, access_list(reads, writes), work, Arc::clone(shared));
         op.takes_errors = takes_errors;
-        op.early_reads = early_reads;
         let op = Arc::new(op);
         shared.op_pushed();
         let granted = {
