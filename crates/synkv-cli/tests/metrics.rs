@@ -108,7 +108,9 @@ fn every_role_serves_prometheus_metrics_while_the_job_runs() {
     let _ = std::fs::remove_file(&until);
     let (file_s, until_s) = (file.display().to_string(), until.display().to_string());
     let env = [("SYNKV_METRICS_ADDR", "127.0.0.1:0"), ("SYNKV_METRICS_FILE", file_s.as_str())];
-    let args = ["push-hold", "--size", "1000", "--repeat", "3", "--sleep-secs", "60", "--until-file", until_s.as_str()];
+    // 80 KB values: above the shared-memory threshold, so pulls go through the server's
+    // broadcast segment.
+    let args = ["push-hold", "--size", "20000", "--repeat", "3", "--sleep-secs", "60", "--until-file", until_s.as_str()];
     let mut job = Job::start(1, 1, &args, &env);
     let deadline = Instant::now() + JOB_BOUND;
     assert!(job.workers[0].wait_for_output("holding for", deadline), "{}", job.workers[0].output());
@@ -116,27 +118,33 @@ fn every_role_serves_prometheus_metrics_while_the_job_runs() {
     assert_eq!(urls.len(), 3, "one endpoint per process: {urls:?}");
 
     let mut all = BTreeMap::new();
+    let mut broadcast = Vec::new();
     for url in &urls {
         assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/metrics"), "{url}");
         let (status, body) = get(url, "/metrics");
         assert_eq!(status, "HTTP/1.1 200 OK", "{url}");
         promtool(&body);
-        all.extend(parse(&body));
+        let series = parse(&body);
+        if series.contains_key("synkv_server_keys{role=\"server\"}") {
+            broadcast.push(series.get("synkv_shm_broadcast_total").copied());
+        }
+        all.extend(series);
         let (status, _) = get(url, "/other");
         assert!(status.starts_with("HTTP/1.1 404"), "{status}");
     }
     let v = |s: &str| *all.get(s).unwrap_or_else(|| panic!("{s} missing from {all:#?}"));
-    // 3 pushes of 1000 f32 (plus nothing else through the push path).
-    assert_eq!(v("synkv_worker_push_bytes_total{role=\"worker\"}"), 12_000.0);
-    assert!(v("synkv_worker_pull_bytes_total{role=\"worker\"}") >= 12_000.0);
+    // 3 pushes of 20000 f32 (plus nothing else through the push path).
+    assert_eq!(v("synkv_worker_push_bytes_total{role=\"worker\"}"), 240_000.0);
+    assert!(v("synkv_worker_pull_bytes_total{role=\"worker\"}") >= 240_000.0);
+    assert!(matches!(broadcast[..], [Some(n)] if n >= 3.0), "the server's pull answers went through its broadcast segment: {broadcast:?}");
     assert_eq!(v("synkv_worker_request_seconds_count{role=\"worker\",op=\"push\"}"), 3.0);
     assert_eq!(v("synkv_worker_request_seconds_count{role=\"worker\",op=\"pull\"}"), 3.0);
     assert_eq!(v("synkv_worker_requests_in_flight{role=\"worker\"}"), 0.0);
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
     let last = v("synkv_worker_last_step_timestamp_seconds{role=\"worker\"}");
     assert!(last > now - 120.0 && last <= now + 1.0, "last step {last}, now {now}");
-    assert!(v("synkv_server_received_bytes_total{role=\"server\"}") >= 12_000.0);
-    assert!(v("synkv_server_sent_bytes_total{role=\"server\"}") >= 12_000.0);
+    assert!(v("synkv_server_received_bytes_total{role=\"server\"}") >= 240_000.0);
+    assert!(v("synkv_server_sent_bytes_total{role=\"server\"}") >= 240_000.0);
     assert_eq!(v("synkv_server_keys{role=\"server\"}"), 1.0);
     assert_eq!(v("synkv_server_update_seconds_count{role=\"server\"}"), 3.0);
     assert_eq!(v("synkv_server_round_wait_seconds_count{role=\"server\"}"), 3.0);

@@ -45,9 +45,10 @@ fn values_over_shared_memory_are_exactly_those_over_tcp() {
     assert!(f.output.contains("lost 0, doubled 0"), "{}", f.output);
 }
 
-/// A worker maps two segments per server (its own and the server's); `SYNKV_SHM=0` maps none.
-/// When a server dies (with replicas the job goes on), the workers unmap both of its
-/// segments, and no segment is ever a file in `/dev/shm`.
+/// A worker maps three segments per server (its own, the server's for it, and the server's
+/// broadcast segment); a server two per worker and its broadcast segment; `SYNKV_SHM=0` maps
+/// none. When a server dies (with replicas the job goes on), the workers unmap its segments,
+/// and no segment is ever a file in `/dev/shm`.
 #[test]
 fn segments_are_mapped_per_server_and_go_away_with_a_dead_server() {
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -69,12 +70,12 @@ fn segments_are_mapped_per_server_and_go_away_with_a_dead_server() {
     let deadline = Instant::now() + JOB_BOUND;
     assert!(job.workers[0].wait_for_output("selftest rounds-until: running", deadline), "{}", job.workers[0].output());
     let w0 = job.workers[0].pid();
-    wait_segments(w0, 4, "worker 0 with two servers", || job.workers[0].output());
+    wait_segments(w0, 6, "worker 0 with two servers", || job.workers[0].output());
     let server = job.servers[1].pid();
-    wait_segments(server, 4, "server 1 with two workers", || job.servers[1].output());
+    wait_segments(server, 5, "server 1 with two workers", || job.servers[1].output());
 
     job.servers[1].kill();
-    wait_segments(w0, 2, "worker 0 after server 1 died", || job.workers[0].output());
+    wait_segments(w0, 3, "worker 0 after server 1 died", || job.workers[0].output());
     std::fs::write(&stop, b"").expect("the stop file");
     for w in &mut job.workers {
         let status = w.wait_until(Instant::now() + JOB_BOUND);

@@ -184,6 +184,9 @@ pub(crate) struct TransportMetrics {
     /// Data frames eligible for shared memory that found no room in the segment and went
     /// on the connection instead.
     pub(crate) shm_full: Counter,
+    /// Answers sent through the broadcast segment (a value copied once for every local
+    /// worker that pulls it).
+    pub(crate) shm_broadcast: Counter,
 }
 
 /// Every series of this process.
@@ -197,7 +200,7 @@ pub(crate) struct Metrics {
 
 /// The process's metrics.
 pub(crate) static METRICS: Metrics = Metrics {
-    transport: TransportMetrics { shm_bytes: Counter::new(), shm_full: Counter::new() },
+    transport: TransportMetrics { shm_bytes: Counter::new(), shm_full: Counter::new(), shm_broadcast: Counter::new() },
     worker: WorkerMetrics {
         active: AtomicBool::new(false),
         push_bytes: Counter::new(),
@@ -276,6 +279,13 @@ pub fn render() -> String {
         "Data frames that found no room in the shared-memory segment and went on the connection.",
         "",
         t.shm_full.get(),
+    );
+    counter(
+        &mut out,
+        "synkv_shm_broadcast_total",
+        "Answers sent through the server's broadcast segment (one copy for every local worker).",
+        "",
+        t.shm_broadcast.get(),
     );
     if m.worker.active.load(Ordering::Relaxed) {
         let w = &m.worker;

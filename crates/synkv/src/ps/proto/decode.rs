@@ -165,6 +165,8 @@ pub fn parse(frame: Bytes, limits: &Limits) -> Result<Message, DecodeError> {
         if chunks.is_empty() || chunks.iter().any(|c| c.data.len() != SHM_DESCRIPTOR_LEN) {
             return Err(DecodeError::LengthMismatch { field: "shared-memory descriptors" });
         }
+    } else if header.flags.contains(Flags::BROADCAST) {
+        return Err(DecodeError::InvalidField { field: "flags BROADCAST without SHM", value: u64::from(header.flags.bits()) });
     } else {
         check_key_lengths(&lens, chunks.is_empty(), chunk_sum)?;
     }

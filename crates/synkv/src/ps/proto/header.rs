@@ -185,8 +185,11 @@ impl Flags {
     /// Every chunk is a descriptor of bytes in the sender's shared-memory segment
     /// (`transport/shm.rs`), read in place by the receiving transport, which clears the flag.
     pub const SHM: Flags = Flags(0x100);
+    /// With `SHM`: the descriptors name slots of the sender's broadcast segment, which every
+    /// local receiver reads (`transport/shm/broadcast.rs`), not of the connection's own.
+    pub const BROADCAST: Flags = Flags(0x200);
     /// Every bit this version understands.
-    pub const KNOWN: Flags = Flags(0x1FF);
+    pub const KNOWN: Flags = Flags(0x3FF);
 
     /// The raw bits.
     pub const fn bits(self) -> u16 {

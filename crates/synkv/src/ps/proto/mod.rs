@@ -27,7 +27,7 @@
 //! | 0      | magic        | [u8; 4] | `b"SKV1"`                                              |
 //! | 4      | version      | u16     | [`PROTOCOL_VERSION`] (4)                               |
 //! | 6      | command      | u16     | a [`Command`] code (table below)                       |
-//! | 8      | flags        | u16     | known [`Flags`] bits only (`0x01FF`)                   |
+//! | 8      | flags        | u16     | known [`Flags`] bits only (`0x03FF`)                   |
 //! | 10     | partition    | u16     | 0 = none; p + 1 = the server partition p it is about   |
 //! | 12     | sender       | u32     | any; 0 = not assigned yet (ids as spec K8.5)           |
 //! | 16     | request id   | u64     | any; a reply echoes its request's id                   |

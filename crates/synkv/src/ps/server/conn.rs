@@ -44,6 +44,8 @@ pub(super) struct ConnTask {
     pub(super) token: CancellationToken,
     pub(super) tracker: TaskTracker,
     pub(super) ingress: Ingress,
+    /// This server's broadcast segment (shared memory with local workers).
+    pub(super) broadcast: std::sync::Arc<share::BroadcastHub>,
 }
 
 impl ConnTask {
@@ -78,7 +80,7 @@ impl ConnTask {
             tracing::warn!("closing connection from {peer}: {text}");
             return;
         };
-        let ConnTask { id, conn, config, events, token, tracker, ingress, .. } = self;
+        let ConnTask { id, conn, config, events, token, tracker, ingress, broadcast, .. } = self;
         let (mut reader, mut writer) = conn.into_split();
         writer.set_stall_timeout(Some(config.timeout));
         reader.set_stall_timeout(Some(config.timeout));
@@ -141,7 +143,7 @@ impl ConnTask {
                 (Role::Worker, Command::Shm) if !shm_offered => {
                     // Shared memory for the bulk bytes (`transport/share.rs`): asked once.
                     shm_offered = true;
-                    let (answer, segments) = share::answer(&msg, &config);
+                    let (answer, segments) = share::answer(&msg, &config, &broadcast);
                     let outgoing = segments.map(|(outgoing, incoming)| {
                         reader.set_shm(incoming);
                         outgoing

@@ -223,6 +223,7 @@ impl Server {
         let established = usize::try_from(config.num_workers + config.num_servers + CONNECTION_SLACK).unwrap_or(usize::MAX);
         let gate = Gate::new(established, HANDSHAKE_DEADLINE.min(config.heartbeat_timeout));
         let ingress = Ingress::new(config.ingress_bytes());
+        let broadcast = std::sync::Arc::new(crate::ps::transport::share::BroadcastHub::default());
         let (conn_token, conn_tracker, conn_config, conn_events) = (conns.clone(), tracker.clone(), config.clone(), events_tx.clone());
         let me = cluster.me().id;
         tracker.spawn(accept_loop(listener, gate, accept_stop.clone(), move |id, conn, _peer, pending| {
@@ -235,6 +236,7 @@ impl Server {
                 token: conn_token.child_token(),
                 tracker: conn_tracker.clone(),
                 ingress: ingress.clone(),
+                broadcast: std::sync::Arc::clone(&broadcast),
             };
             conn_tracker.spawn(task.run(pending));
         }));

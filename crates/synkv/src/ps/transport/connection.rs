@@ -10,6 +10,7 @@ use super::reader::FrameReader;
 use super::seal::Seal;
 use super::shm::{Incoming, Outgoing};
 use super::writer::FrameWriter;
+use super::writer::ShmOut;
 use crate::ps::proto::{Limits, Message};
 use crate::ps::Result;
 
@@ -78,7 +79,13 @@ impl Connection {
     /// bytes of data frames into this side's `outgoing` (which the peer mapped).
     pub fn set_shm(&mut self, outgoing: Outgoing, incoming: Incoming) {
         self.reader.set_shm(incoming);
-        let _ = self.writer.shm_slot().set(outgoing);
+        let _ = self.writer.shm_slot().set(ShmOut { own: outgoing, broadcast: None });
+    }
+
+    /// Reads frames flagged `SHM | BROADCAST` from the peer's broadcast segment, in which this
+    /// receiver is `bit`.
+    pub fn set_broadcast(&mut self, segment: Incoming, bit: u32) {
+        self.reader.set_broadcast(segment, bit);
     }
 
     /// Splits into independently usable halves.
@@ -271,5 +278,55 @@ mod tests {
         // And descriptors that name no slot, on a connection that has one.
         tx.write_message(&forged).await.unwrap();
         assert!(matches!(rx.read_message().await, Err(Error::Protocol { .. })));
+    }
+
+    #[tokio::test]
+    async fn an_answer_to_several_local_workers_is_copied_once_into_the_broadcast_segment() {
+        use super::super::shm::{Broadcast, Incoming, Outgoing};
+        let broadcast = Broadcast::create(4 << 20).unwrap();
+        let mut answer = Message::new(Command::Reply);
+        answer.meta.keys = vec![5];
+        answer.meta.lens = vec![1 << 20];
+        answer.chunks.push(Chunk { dtype: DTypeCode::F32, data: Bytes::from(vec![3u8; 1 << 20]) });
+        let shared = || crate::ps::metrics::METRICS.transport.shm_broadcast.get();
+        let before = shared();
+        let mut received = Vec::new();
+        for _ in 0..2 {
+            let (a, b) = tokio::io::duplex(1 << 16);
+            let mut server = Connection::new(a, "server", Limits::default());
+            let mut worker = Connection::new(b, "worker", Limits::default());
+            let (s_out, w_out) = (Outgoing::create(1 << 20).unwrap(), Outgoing::create(1 << 20).unwrap());
+            let member = broadcast.join(std::process::id()).unwrap();
+            worker.set_shm(w_out, Incoming::open(&s_out.offer()).unwrap());
+            worker.set_broadcast(Incoming::open(&member.segment_offer()).unwrap(), member.bit());
+            server.reader.set_shm(Incoming::open(&worker.writer.shm_slot().get().unwrap().own.offer()).unwrap());
+            let _ = server.writer.shm_slot().set(ShmOut { own: s_out, broadcast: Some(member) });
+            let sent = answer.clone();
+            let writer = tokio::spawn(async move {
+                server.write_message(&sent).await.unwrap();
+                server
+            });
+            received.push(worker.read_message().await.unwrap().unwrap());
+            drop(writer.await.unwrap());
+        }
+        assert!(received.iter().all(|m| *m == answer), "both workers read the answer");
+        assert_eq!(shared(), before + 2, "both went through the broadcast segment");
+        let one_slot = (1 << 20) + 64;
+        assert_eq!(broadcast.in_use(), one_slot, "copied once, held by both workers");
+        drop(received);
+        assert_eq!(broadcast.in_use(), 0, "free once both let go (and their connections closed)");
+        // A frame flagged BROADCAST to a reader that has no broadcast segment.
+        let (c, d) = tokio::io::duplex(1 << 16);
+        let mut plain = Connection::new(d, "plain", Limits::default());
+        let (p_out, p_in) = (Outgoing::create(1 << 20).unwrap(), Outgoing::create(1 << 20).unwrap());
+        plain.set_shm(p_out, Incoming::open(&p_in.offer()).unwrap());
+        let mut forged = Message::new(Command::Reply);
+        forged.flags = crate::ps::proto::Flags::SHM.with(crate::ps::proto::Flags::BROADCAST);
+        forged.meta.keys = vec![5];
+        forged.meta.lens = vec![64];
+        forged.chunks = vec![Chunk::bytes(Bytes::from(vec![0u8; 32]))];
+        let mut raw = Connection::new(c, "forger", Limits::default());
+        raw.write_message(&forged).await.unwrap();
+        assert!(matches!(plain.read_message().await, Err(Error::Protocol { .. })));
     }
 }

@@ -18,8 +18,9 @@
 //! - `gate.rs` — [`Gate`]: bounds on connections pending their handshake (in total, per peer
 //!   address, in time) and on established ones.
 //! - `accept.rs` — [`accept_loop`], the single accept loop (a pending place per connection).
-//! - `shm.rs` — shared-memory segments: a worker and a server on one host exchange the bulk
-//!   bytes of data frames through them (`SYNKV_SHM`), the frames carrying descriptors;
+//! - `shm/` — shared-memory segments: a worker and a server on one host exchange the bulk
+//!   bytes of data frames through them (`SYNKV_SHM`), the frames carrying descriptors; a
+//!   server's broadcast segment (`shm/broadcast.rs`) holds answers every local worker reads;
 //!   `share.rs` agrees on them when a worker connects.
 //!
 //! Addresses are `host:port` strings throughout, as the `DMLC_*` variables give them.
@@ -44,7 +45,7 @@ pub use mem::{MemListener, MemTransport};
 pub use reader::{Admission, FrameReader, Ingress};
 pub use seal::{Seal, TRAILER_LEN};
 pub use tcp::{TcpFrameListener, TcpTransport, DEFAULT_SOCKET_BUFFER};
-pub use writer::{drain, Drained, FrameWriter, Outbox, OutboxError, OutboxRx};
+pub use writer::{drain, Drained, FrameWriter, Outbox, OutboxError, OutboxRx, ShmOut};
 
 use super::Result;
 

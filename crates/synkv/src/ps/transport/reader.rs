@@ -146,6 +146,9 @@ pub struct FrameReader {
     digest: FrameDigest,
     /// The peer's shared-memory segment, once mapped: frames flagged `SHM` are read from it.
     shm: Option<Arc<Incoming>>,
+    /// The peer's broadcast segment and this receiver's bit in it: frames flagged
+    /// `SHM | BROADCAST` are read from it.
+    broadcast: Option<(Arc<Incoming>, u32)>,
 }
 
 impl fmt::Debug for FrameReader {
@@ -166,12 +169,19 @@ impl FrameReader {
             seal: None,
             digest: FrameDigest::default(),
             shm: None,
+            broadcast: None,
         }
     }
 
     /// From now on frames flagged `SHM` are read in place from `segment`.
     pub fn set_shm(&mut self, segment: Incoming) {
         self.shm = Some(Arc::new(segment));
+    }
+
+    /// From now on frames flagged `SHM | BROADCAST` are read in place from `segment`, the
+    /// peer's broadcast segment, in which this receiver is `bit`.
+    pub fn set_broadcast(&mut self, segment: Incoming, bit: u32) {
+        self.broadcast = Some((Arc::new(segment), bit));
     }
 
     /// From now on every frame must carry a trailer that `seal` opens.
@@ -334,6 +344,19 @@ impl FrameReader {
             tracing::warn!("{}: {e}", self.peer);
             protocol(DecodeError::InvalidField { field: "shared-memory descriptor", value: 0 })
         };
+        if msg.flags.contains(Flags::BROADCAST) {
+            let Some((segment, bit)) = &self.broadcast else {
+                return Err(protocol(DecodeError::InvalidField { field: "flags BROADCAST without a broadcast segment", value: 0x200 }));
+            };
+            // Each chunk is a whole slot of its own.
+            for chunk in &mut msg.chunks {
+                let d = Descriptor::decode(&chunk.data).map_err(bad)?;
+                chunk.data = segment.take_broadcast(&d, *bit).map_err(bad)?;
+            }
+            msg.flags = msg.flags.without(Flags::SHM).without(Flags::BROADCAST);
+            msg.check_chunks().map_err(protocol)?;
+            return Ok(msg);
+        }
         // Every chunk of a frame lies in one slot, taken once.
         let mut slot: Option<(Descriptor, Bytes)> = None;
         for chunk in &mut msg.chunks {

@@ -5,10 +5,18 @@
 //! `Error` saying why, and both sides go on with every byte on the connection. Either way the
 //! offer costs one round trip per connection; failure detection is unchanged (the
 //! connection carries every frame, the segments only the bulk bytes of data frames).
+//!
+//! A worker that reads broadcast segments says so in its offer; the server then also names
+//! its broadcast segment (one per server, `shm/broadcast.rs`) and the worker's bit in it, and
+//! answers that every local worker pulls are copied there once.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use super::shm::{Incoming, Offer, Outgoing};
+use serde::{Deserialize, Serialize};
+
+use super::shm::{Broadcast, Incoming, Offer, Outgoing};
+use super::writer::ShmOut;
 use super::Connection;
 use crate::ps::node::NodeId;
 use crate::ps::proto::{Command, Message};
@@ -25,7 +33,8 @@ pub async fn offer(conn: &mut Connection, config: &Config, me: NodeId, within: D
             return Ok(false);
         }
     };
-    let text = serde_json::to_string(&outgoing.offer()).map_err(|e| Error::Io(std::io::Error::other(e)))?;
+    let terms = WorkerTerms { segment: outgoing.offer(), reads_broadcast: true };
+    let text = serde_json::to_string(&terms).map_err(|e| Error::Io(std::io::Error::other(e)))?;
     let mut msg = Message::new(Command::Shm).with_sender(me);
     msg.meta.text = text;
     let peer = conn.peer().to_owned();
@@ -38,17 +47,23 @@ pub async fn offer(conn: &mut Connection, config: &Config, me: NodeId, within: D
     let answer = answer.ok_or_else(|| Error::Shutdown(format!("{peer} closed the connection after the shared-memory offer")))?;
     match answer.command {
         Command::Shm => {
-            let offer: Offer = serde_json::from_str(&answer.meta.text)
+            let terms: ServerTerms = serde_json::from_str(&answer.meta.text)
                 .map_err(|e| Error::InvalidArgument(format!("{peer} answered the shared-memory offer with a malformed offer: {e}")))?;
-            match Incoming::open(&offer) {
-                Ok(incoming) => {
-                    conn.set_shm(outgoing, incoming);
-                    Ok(true)
-                }
-                Err(e) => Err(Error::InvalidArgument(format!(
+            let cannot = |e| {
+                Error::InvalidArgument(format!(
                     "{peer} mapped this worker's shared memory but offered a segment this worker cannot map: {e}"
-                ))),
+                ))
+            };
+            let incoming = Incoming::open(&terms.segment).map_err(cannot)?;
+            let broadcast = match terms.broadcast {
+                Some(joined) => Some((Incoming::open(&joined.segment).map_err(cannot)?, joined.bit)),
+                None => None,
+            };
+            conn.set_shm(outgoing, incoming);
+            if let Some((segment, bit)) = broadcast {
+                conn.set_broadcast(segment, bit);
             }
+            Ok(true)
         }
         Command::Error => {
             tracing::debug!("{peer} declined shared memory: {}", answer.meta.text);
@@ -58,31 +73,78 @@ pub async fn offer(conn: &mut Connection, config: &Config, me: NodeId, within: D
     }
 }
 
-/// Server side: maps the worker's offered segment and makes one of its own. The answer to
-/// send (`Shm` with this side's offer, or an `Error` saying why not), and the segments when
-/// they are to be used: the reader takes `Incoming` at once, the writer `Outgoing` once the
-/// answer is queued.
-pub fn answer(offer: &Message, config: &Config) -> (Message, Option<(Outgoing, Incoming)>) {
+/// A worker's offer: its segment, and whether it reads a server's broadcast segment.
+#[derive(Serialize, Deserialize)]
+struct WorkerTerms {
+    #[serde(flatten)]
+    segment: Offer,
+    #[serde(default)]
+    reads_broadcast: bool,
+}
+
+/// A server's answer: its segment for this connection, and its broadcast segment with the
+/// worker's bit in it (for a worker that reads one, while bits last).
+#[derive(Serialize, Deserialize)]
+struct ServerTerms {
+    #[serde(flatten)]
+    segment: Offer,
+    #[serde(default)]
+    broadcast: Option<Joined>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Joined {
+    segment: Offer,
+    bit: u32,
+}
+
+/// A server's broadcast segment, made when the first local worker connects (`None` if it
+/// could not be).
+#[derive(Debug, Default)]
+pub struct BroadcastHub(OnceLock<Option<Arc<Broadcast>>>);
+
+impl BroadcastHub {
+    fn get(&self, size: usize) -> Option<&Arc<Broadcast>> {
+        self.0
+            .get_or_init(|| {
+                Broadcast::create(size)
+                    .inspect_err(|e| tracing::warn!("no broadcast segment (each local worker's answers are copied for it): {e}"))
+                    .ok()
+            })
+            .as_ref()
+    }
+}
+
+/// Server side: maps the worker's offered segment and makes one of its own (and gives the
+/// worker a bit in `hub`'s broadcast segment if it reads one). The answer to send (`Shm`
+/// with this side's offer, or an `Error` saying why not), and the segments when they are to
+/// be used: the reader takes `Incoming` at once, the writer [`ShmOut`] once the answer is
+/// queued.
+pub fn answer(offer: &Message, config: &Config, hub: &BroadcastHub) -> (Message, Option<(ShmOut, Incoming)>) {
     let declined = |why: String| (Message::error(offer.request_id, why), None);
     if !config.shm {
         return declined("SYNKV_SHM=0 on this server".to_owned());
     }
-    let theirs: Offer = match serde_json::from_str(&offer.meta.text) {
+    let theirs: WorkerTerms = match serde_json::from_str(&offer.meta.text) {
         Ok(o) => o,
         Err(e) => return declined(format!("malformed shared-memory offer: {e}")),
     };
-    let incoming = match Incoming::open(&theirs) {
+    let incoming = match Incoming::open(&theirs.segment) {
         Ok(i) => i,
         Err(e) => return declined(e.to_string()),
     };
-    let outgoing = match Outgoing::create(usize::try_from(config.shm_bytes).unwrap_or(usize::MAX)) {
+    let size = usize::try_from(config.shm_bytes).unwrap_or(usize::MAX);
+    let outgoing = match Outgoing::create(size) {
         Ok(o) => o,
         Err(e) => return declined(e.to_string()),
     };
+    let member = if theirs.reads_broadcast { hub.get(size).and_then(|b| b.join(theirs.segment.pid)) } else { None };
+    let joined = member.as_ref().map(|m| Joined { segment: m.segment_offer(), bit: m.bit() });
+    let terms = ServerTerms { segment: outgoing.offer(), broadcast: joined };
     let mut msg = Message::new(Command::Shm).with_request_id(offer.request_id);
-    match serde_json::to_string(&outgoing.offer()) {
+    match serde_json::to_string(&terms) {
         Ok(text) => msg.meta.text = text,
         Err(e) => return declined(e.to_string()),
     }
-    (msg, Some((outgoing, incoming)))
+    (msg, Some((ShmOut { own: outgoing, broadcast: member }, incoming)))
 }

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::seal::{FrameDigest, Seal, HASH_STEP};
-use super::shm::{Outgoing, DESCRIPTOR_LEN};
+use super::shm::{Member, Outgoing, DESCRIPTOR_LEN};
 use crate::ps::proto::{Chunk, Command, EncodeError, Flags, Limits, Message};
 use crate::ps::{Error, Result};
 
@@ -43,9 +43,19 @@ pub struct FrameWriter {
     stall: Option<Duration>,
     /// After the handshake: every frame is followed by its trailer (`seal.rs`).
     seal: Option<Arc<Seal>>,
-    /// This side's shared-memory segment, once the peer mapped it: the bulk bytes of data
-    /// frames go through it (`shm.rs`). Settable after the split ([`FrameWriter::shm_slot`]).
-    shm: Arc<OnceLock<Outgoing>>,
+    /// This side's shared-memory segments, once the peer mapped them: the bulk bytes of data
+    /// frames go through them (`shm/`). Settable after the split ([`FrameWriter::shm_slot`]).
+    shm: Arc<OnceLock<ShmOut>>,
+}
+
+/// The shared memory a writer sends through.
+#[derive(Debug)]
+pub struct ShmOut {
+    /// The connection's own segment.
+    pub own: Outgoing,
+    /// This connection's place in the sender's broadcast segment (a server's, where the
+    /// worker reads it): answers that several local workers receive are copied once.
+    pub broadcast: Option<Member>,
 }
 
 impl fmt::Debug for FrameWriter {
@@ -61,7 +71,7 @@ impl FrameWriter {
 
     /// Where this writer's shared-memory segment goes once the peer mapped it; a frame written
     /// after it is set may carry descriptors into it.
-    pub fn shm_slot(&self) -> Arc<OnceLock<Outgoing>> {
+    pub fn shm_slot(&self) -> Arc<OnceLock<ShmOut>> {
         Arc::clone(&self.shm)
     }
 
@@ -135,9 +145,9 @@ impl FrameWriter {
 /// Data frames with at least this many chunk bytes travel through shared memory.
 const SHM_MIN_BYTES: usize = 32 << 10;
 
-/// `msg` with its chunks copied into `segment` and replaced by descriptors, if it is a data
-/// frame large enough and the segment has room (else it travels whole on the stream).
-fn into_shm(segment: &Outgoing, msg: &Message) -> Option<Message> {
+/// `msg` with its chunks copied into shared memory and replaced by descriptors, if it is a
+/// data frame large enough and a segment has room (else it travels whole on the stream).
+fn into_shm(shm: &ShmOut, msg: &Message) -> Option<Message> {
     let is_data = matches!(msg.command, Command::Push | Command::PushPull | Command::Reply);
     let bytes: usize = msg.chunks.iter().map(|c| c.data.len()).sum();
     // Many tiny chunks (small keys) cost more in descriptors than they save.
@@ -145,13 +155,26 @@ fn into_shm(segment: &Outgoing, msg: &Message) -> Option<Message> {
     if !is_data || msg.flags.contains(Flags::INIT) || msg.flags.contains(Flags::SHM) || !worth {
         return None;
     }
-    let data: Vec<&[u8]> = msg.chunks.iter().map(|c| &c.data[..]).collect();
     let transport = &crate::ps::metrics::METRICS.transport;
-    let Some(placed) = segment.put(&data) else {
+    // An answer of one value goes through the broadcast segment: the other local workers'
+    // answers of the same value name the same slot.
+    let broadcast = shm.broadcast.as_ref().filter(|_| msg.command == Command::Reply && msg.chunks.len() == 1);
+    if let Some(placed) = broadcast.and_then(|m| m.place(&msg.chunks[0].data)) {
+        transport.shm_bytes.add(u64::try_from(bytes).unwrap_or(u64::MAX));
+        transport.shm_broadcast.add(1);
+        return Some(with_descriptors(msg, &[placed], Flags::SHM.with(Flags::BROADCAST)));
+    }
+    let data: Vec<&[u8]> = msg.chunks.iter().map(|c| &c.data[..]).collect();
+    let Some(placed) = shm.own.put(&data) else {
         transport.shm_full.add(1);
         return None;
     };
     transport.shm_bytes.add(u64::try_from(bytes).unwrap_or(u64::MAX));
+    Some(with_descriptors(msg, &placed, Flags::SHM))
+}
+
+/// `msg` with its chunks replaced by `placed` (one each) and `flags` added.
+fn with_descriptors(msg: &Message, placed: &[super::shm::Descriptor], flags: Flags) -> Message {
     let mut wire = BytesMut::with_capacity(placed.len() * DESCRIPTOR_LEN);
     placed.iter().for_each(|d| wire.extend_from_slice(&d.encode()));
     let wire = wire.freeze();
@@ -161,7 +184,7 @@ fn into_shm(segment: &Outgoing, msg: &Message) -> Option<Message> {
         .enumerate()
         .map(|(i, c)| Chunk { dtype: c.dtype, data: wire.slice(i * DESCRIPTOR_LEN..(i + 1) * DESCRIPTOR_LEN) })
         .collect();
-    Some(Message { chunks, flags: msg.flags.with(Flags::SHM), meta: msg.meta.clone(), ..*msg })
+    Message { chunks, flags: msg.flags.with(flags), meta: msg.meta.clone(), ..*msg }
 }
 
 fn no_progress() -> std::io::Error {

@@ -30,6 +30,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 
+mod broadcast;
+pub use broadcast::{Broadcast, Member, MAX_MEMBERS};
+
 /// The segment header's magic bytes.
 const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"SKVSHM01");
 /// Bytes before the first slot.
@@ -211,6 +214,38 @@ fn read_token(map: &Map) -> String {
     token_hex(&t)
 }
 
+/// A fresh segment of at least `size` bytes with its header written, and its token;
+/// `sealed` as for [`Outgoing::create_sealed`].
+fn create_map(size: usize, sealed: bool) -> Result<(Arc<Map>, String), ShmError> {
+    let size = size.max(MIN_SEGMENT).next_multiple_of(4096);
+    let err = |source| ShmError::Create { size, source };
+    // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"synkv-shm".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(err(std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` is a fresh descriptor nobody else owns.
+    let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    file.set_len(size as u64).map_err(err)?;
+    if sealed {
+        // SAFETY: fcntl on a descriptor this function owns; the result is checked.
+        let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL) };
+        if r < 0 {
+            return Err(err(std::io::Error::last_os_error()));
+        }
+    }
+    let map = Map::new(file, size).map_err(err)?;
+    let mut token = [0u8; 16];
+    getrandom::fill(&mut token).map_err(|e| err(std::io::Error::other(e.to_string())))?;
+    write_header(&map, &token);
+    Ok((Arc::new(map), token_hex(&token)))
+}
+
+/// What a peer needs to map `map` (whose header carries `token`).
+fn offer_of(map: &Map, token: &str) -> Offer {
+    Offer { pid: std::process::id(), fd: map.file.as_raw_fd(), size: map.len as u64, token: token.to_owned(), net: network_namespace() }
+}
+
 /// A sender's own segment and its slot allocator.
 pub struct Outgoing {
     map: Arc<Map>,
@@ -231,6 +266,21 @@ struct Slots {
     next_seq: u64,
 }
 
+impl Slots {
+    /// Where a slot of `total` bytes fits first between the live ones, in a segment of
+    /// `segment` bytes.
+    fn first_fit(&self, total: usize, segment: usize) -> Option<usize> {
+        let mut at = DATA_START;
+        for (off, len) in &self.live {
+            if *off >= at.checked_add(total)? {
+                break;
+            }
+            at = off + len;
+        }
+        (at.checked_add(total)? <= segment).then_some(at)
+    }
+}
+
 impl Outgoing {
     /// A fresh segment of `size` bytes (pages are allocated as they are first used).
     pub fn create(size: usize) -> Result<Outgoing, ShmError> {
@@ -241,40 +291,13 @@ impl Outgoing {
     /// process can truncate it under a peer's mapping (reading a truncated page would kill
     /// the reader with SIGBUS); the opener refuses a segment without the seals.
     fn create_sealed(size: usize, sealed: bool) -> Result<Outgoing, ShmError> {
-        let size = size.max(MIN_SEGMENT).next_multiple_of(4096);
-        let err = |source| ShmError::Create { size, source };
-        // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
-        let fd = unsafe { libc::memfd_create(c"synkv-shm".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-        if fd < 0 {
-            return Err(err(std::io::Error::last_os_error()));
-        }
-        // SAFETY: `fd` is a fresh descriptor nobody else owns.
-        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-        file.set_len(size as u64).map_err(err)?;
-        if sealed {
-            // SAFETY: fcntl on a descriptor this function owns; the result is checked.
-            let r =
-                unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL) };
-            if r < 0 {
-                return Err(err(std::io::Error::last_os_error()));
-            }
-        }
-        let map = Map::new(file, size).map_err(err)?;
-        let mut token = [0u8; 16];
-        getrandom::fill(&mut token).map_err(|e| err(std::io::Error::other(e.to_string())))?;
-        write_header(&map, &token);
-        Ok(Outgoing { map: Arc::new(map), token: token_hex(&token), slots: Mutex::default() })
+        let (map, token) = create_map(size, sealed)?;
+        Ok(Outgoing { map, token, slots: Mutex::default() })
     }
 
     /// What the peer needs to map this segment.
     pub fn offer(&self) -> Offer {
-        Offer {
-            pid: std::process::id(),
-            fd: self.map.file.as_raw_fd(),
-            size: self.map.len as u64,
-            token: self.token.clone(),
-            net: network_namespace(),
-        }
+        offer_of(&self.map, &self.token)
     }
 
     /// Copies `chunks` into one free slot (each at an 8-aligned start); `None` when no slot
@@ -289,17 +312,7 @@ impl Outgoing {
         let total = SLOT_HEADER.checked_add(data_len.next_multiple_of(SLOT_HEADER))?;
         let map = &self.map;
         let mut slots = self.live_slots();
-        // First fit between the live slots.
-        let mut at = DATA_START;
-        for (off, len) in &slots.live {
-            if *off >= at + total {
-                break;
-            }
-            at = off + len;
-        }
-        if at + total > map.len {
-            return None;
-        }
+        let at = slots.first_fit(total, map.len)?;
         slots.next_seq += 1;
         let seq = slots.next_seq;
         slots.live.insert(at, total);

@@ -1,0 +1,449 @@
+//! A server's *broadcast* segment: one answer, copied once, read by every local worker.
+//!
+//! In a synchronous round every worker pulls the same summed value. Through the per-connection
+//! segments (`mod.rs`) the server copies that value once per local worker; through this
+//! segment it copies it once, and each worker's connection carries only a descriptor of it.
+//!
+//! Each worker connection that agreed on shared memory *joins* the segment and gets one bit
+//! (at most [`MAX_MEMBERS`]). A slot's header holds two bit sets: `holders` (the receivers the
+//! slot was named to and that have not let it go, plus [`SENDER_HOLD`], held while the
+//! sender may still name it to more receivers) and `taken` (the receivers that took it: a
+//! slot is taken once per receiver). The slot is free once `holders` is empty.
+//!
+//! The sender remembers which answer (which `Bytes`, by address and length) each slot holds,
+//! and keeps that `Bytes` while it holds the slot: the memory behind a live `Bytes` never
+//! changes, so another connection answering with the same `Bytes` names the same slot. The
+//! sender lets go of a slot once every receiver it was named to let go of it (checked on the
+//! next placement).
+//!
+//! A connection that closes *retires* its bit: where the receiver took a slot and its process
+//! lives, the bit clears when it lets go; where it did not take it yet, or its process died,
+//! the sender clears it (taking it in the receiver's place first, so the two never race). A
+//! retired bit is given out again once no slot holds it. So a dead worker's slots are
+//! reclaimed, and a worker that reconnects never sees a slot reused under it.
+//!
+//! Unlike a per-connection segment, a receiver here could clear another receiver's bit: the
+//! workers of one job trust each other with it (they all hold the cluster's secret).
+#![allow(unsafe_code)] // slot data in a shared mapping (SAFETY notes at each block)
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+
+use super::{create_map, offer_of, Descriptor, Incoming, Map, Offer, ShmError, Slots, DATA_START, IN_USE, SLOT_HEADER};
+
+/// A broadcast slot's magic ("BSLT"; a per-connection slot's differs).
+const BROADCAST_MAGIC: u32 = 0x4253_4C54;
+/// Offsets of the two bit sets in a slot's header.
+const HOLDERS: usize = 24;
+const TAKEN_BY: usize = 32;
+/// The bit of `holders` the sender keeps while it may name the slot to more receivers.
+const SENDER_HOLD: u64 = 1 << 63;
+/// Most receivers of one segment (one bit each; the last bit is the sender's).
+pub const MAX_MEMBERS: u32 = 63;
+
+/// The sender's (a server's) broadcast segment.
+pub struct Broadcast {
+    map: Arc<Map>,
+    token: String,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Broadcast {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broadcast").field("size", &self.map.len).finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct State {
+    slots: Slots,
+    /// Slots the sender still holds, with the answer each holds.
+    placed: Vec<Arc<Placed>>,
+    /// Bits given out (members and retired ones).
+    bits: u64,
+    /// Bits of closed connections (with the receiver's process) still named by some slot.
+    retired: Vec<(u32, u32)>,
+}
+
+/// A slot the sender holds: the answer it holds, and its copy into the slot, which every
+/// connection naming the slot at the time helps with.
+struct Placed {
+    source: Bytes,
+    offset: usize,
+    seq: u64,
+    /// The next step of the copy to hand out.
+    next: AtomicUsize,
+    /// Bytes copied so far.
+    copied: AtomicUsize,
+}
+
+impl Broadcast {
+    /// A fresh segment of `size` bytes.
+    pub fn create(size: usize) -> Result<Arc<Broadcast>, ShmError> {
+        let (map, token) = create_map(size, true)?;
+        Ok(Arc::new(Broadcast { map, token, state: Mutex::default() }))
+    }
+
+    /// What a receiver needs to map the segment.
+    pub fn offer(&self) -> Offer {
+        offer_of(&self.map, &self.token)
+    }
+
+    /// A bit for a new receiver (process `pid`), if one is free.
+    pub fn join(self: &Arc<Self>, pid: u32) -> Option<Member> {
+        let mut st = self.lock();
+        self.sweep(&mut st);
+        let bit = (0..MAX_MEMBERS).find(|b| st.bits & (1 << b) == 0)?;
+        st.bits |= 1 << bit;
+        Some(Member { broadcast: Arc::clone(self), bit, pid })
+    }
+
+    /// Bytes in slots not yet free (tests, metrics).
+    pub fn in_use(&self) -> usize {
+        let mut st = self.lock();
+        self.sweep(&mut st);
+        st.slots.live.values().sum()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn holders(&self, offset: usize) -> &AtomicU64 {
+        self.map.u64_at(offset + HOLDERS)
+    }
+
+    fn taken_by(&self, offset: usize) -> &AtomicU64 {
+        self.map.u64_at(offset + TAKEN_BY)
+    }
+
+    /// Clears retired bits where their owner can no longer let go itself, lets go of the
+    /// slots every receiver let go of, and forgets free slots.
+    fn sweep(&self, st: &mut State) {
+        let live: Vec<usize> = st.slots.live.keys().copied().collect();
+        let mut freed = 0u64;
+        st.retired.retain(|&(bit, pid)| {
+            let mask = 1u64 << bit;
+            let dead = !process_lives(pid);
+            let mut named = false;
+            for &off in &live {
+                if self.holders(off).load(Ordering::Acquire) & mask == 0 {
+                    continue;
+                }
+                // Take it in the receiver's place: if it had not, it never will.
+                let took = self.taken_by(off).fetch_or(mask, Ordering::AcqRel) & mask != 0;
+                if dead || !took {
+                    self.holders(off).fetch_and(!mask, Ordering::AcqRel);
+                } else {
+                    named = true;
+                }
+            }
+            if !named {
+                freed |= mask;
+            }
+            named
+        });
+        st.bits &= !freed;
+        st.placed.retain(|p| {
+            let done = self.holders(p.offset).load(Ordering::Acquire) & !SENDER_HOLD == 0;
+            if done {
+                self.holders(p.offset).fetch_and(!SENDER_HOLD, Ordering::AcqRel);
+            }
+            !done
+        });
+        st.slots.live.retain(|off, _| self.holders(*off).load(Ordering::Acquire) != 0);
+    }
+}
+
+/// Whether process `pid` exists (a zombie counts as gone only once reaped).
+fn process_lives(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    // SAFETY: signal 0 checks for the process without sending anything.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// One receiver's place in a [`Broadcast`] (a worker connection's); retires its bit when
+/// dropped.
+pub struct Member {
+    broadcast: Arc<Broadcast>,
+    bit: u32,
+    pid: u32,
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member").field("bit", &self.bit).finish_non_exhaustive()
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let mut st = self.broadcast.lock();
+        st.retired.push((self.bit, self.pid));
+    }
+}
+
+impl Member {
+    /// What the receiver needs to map the segment.
+    pub fn segment_offer(&self) -> Offer {
+        self.broadcast.offer()
+    }
+
+    /// This receiver's bit.
+    pub fn bit(&self) -> u32 {
+        self.bit
+    }
+
+    /// Names `data` to this receiver: the slot already holding it if there is one, else a
+    /// fresh slot it is copied into; `None` when no slot is free for it. Connections answering
+    /// with the same `data` at the same time share the copy (each takes steps of it) and
+    /// return once all of it is in place.
+    pub fn place(&self, data: &Bytes) -> Option<Descriptor> {
+        let b = &self.broadcast;
+        let len = data.len();
+        let total = SLOT_HEADER.checked_add(len.next_multiple_of(SLOT_HEADER))?;
+        let fill = {
+            let mut st = b.lock();
+            b.sweep(&mut st);
+            let found = st.placed.iter().find(|p| p.source.as_ptr() == data.as_ptr() && p.source.len() == len).map(Arc::clone);
+            let fill = match found {
+                Some(fill) => fill,
+                None => {
+                    let at = st.slots.first_fit(total, b.map.len)?;
+                    st.slots.next_seq += 1;
+                    let seq = st.slots.next_seq;
+                    st.slots.live.insert(at, total);
+                    let map = &b.map;
+                    map.u32_at(at).store(BROADCAST_MAGIC, Ordering::Relaxed);
+                    map.u32_at(at + 4).store(0, Ordering::Relaxed);
+                    map.u64_at(at + 8).store(len as u64, Ordering::Relaxed);
+                    map.u64_at(at + 16).store(seq, Ordering::Relaxed);
+                    b.taken_by(at).store(0, Ordering::Relaxed);
+                    // Live from now on (a sweep keeps it), named to nobody yet.
+                    b.holders(at).store(SENDER_HOLD, Ordering::Release);
+                    let fill =
+                        Arc::new(Placed { source: data.clone(), offset: at, seq, next: AtomicUsize::new(0), copied: AtomicUsize::new(0) });
+                    st.placed.push(Arc::clone(&fill));
+                    fill
+                }
+            };
+            // Under the sender's hold (the slot cannot be let go meanwhile), and before the
+            // receiver can know of the slot.
+            b.holders(fill.offset).fetch_or(1u64 << self.bit, Ordering::AcqRel);
+            fill
+        };
+        fill.copy_in(&b.map);
+        Some(Descriptor { offset: fill.offset as u64, seq: fill.seq, start: 0, len: len as u64 })
+    }
+}
+
+/// Bytes a connection copies at a time into a slot others may be filling too.
+const COPY_STEP: usize = 1 << 20;
+
+impl Placed {
+    /// Copies steps of the source into the slot until none is left, then waits until the
+    /// steps other connections took are done too (each is at most [`COPY_STEP`] bytes, being
+    /// copied right now), and marks the slot's data complete.
+    fn copy_in(&self, map: &Map) {
+        let len = self.source.len();
+        loop {
+            let start = self.next.fetch_add(COPY_STEP, Ordering::Relaxed);
+            if start >= len {
+                break;
+            }
+            let end = (start + COPY_STEP).min(len);
+            // SAFETY: the slot's data [offset + SLOT_HEADER, + len) lies inside the mapping
+            // (first_fit checked it when the slot was made); `start..end` is a step of it that
+            // only this call was given (`next` hands each step out once), and no receiver was
+            // told of the slot before its data is complete, so nothing else touches these bytes.
+            let dst = unsafe { std::slice::from_raw_parts_mut(map.ptr.as_ptr().add(self.offset + SLOT_HEADER + start), end - start) };
+            crate::kernels::copy_bytes(dst, &self.source[start..end]);
+            self.copied.fetch_add(end - start, Ordering::Release);
+        }
+        while self.copied.load(Ordering::Acquire) < len {
+            std::thread::yield_now();
+        }
+        // Publishes the data to receivers (who check the state with Acquire).
+        map.u32_at(self.offset + 4).store(IN_USE, Ordering::Release);
+    }
+}
+
+impl Incoming {
+    /// Takes the broadcast slot `d` names, as receiver `bit`: its data as one [`Bytes`] that
+    /// lets go of the slot when the last slice of it drops.
+    pub fn take_broadcast(&self, d: &Descriptor, bit: u32) -> Result<Bytes, ShmError> {
+        let bad = |what: String| Err(ShmError::Descriptor(what));
+        let mask = 1u64.checked_shl(bit).filter(|m| *m != SENDER_HOLD && *m != 0);
+        let Some(mask) = mask else {
+            return bad(format!("receiver bit {bit} is not a member's"));
+        };
+        let Ok(off) = usize::try_from(d.offset) else {
+            return bad(format!("{d:?} does not fit this machine's addresses"));
+        };
+        let map = &self.map;
+        if off < DATA_START || !off.is_multiple_of(SLOT_HEADER) || off.checked_add(SLOT_HEADER).is_none_or(|e| e > map.len) {
+            return bad(format!("{d:?} lies outside the broadcast segment of {} bytes", map.len));
+        }
+        let (magic, state) = (map.u32_at(off).load(Ordering::Acquire), map.u32_at(off + 4).load(Ordering::Acquire));
+        let (seq, holders) = (map.u64_at(off + 16).load(Ordering::Acquire), map.u64_at(off + HOLDERS).load(Ordering::Acquire));
+        if magic != BROADCAST_MAGIC || state != IN_USE || seq != d.seq || holders & mask == 0 {
+            return bad(format!("{d:?} does not name a broadcast slot held for this receiver (sequence {seq})"));
+        }
+        let slot_len = map.u64_at(off + 8).load(Ordering::Acquire);
+        let len = usize::try_from(slot_len).ok().filter(|l| off + SLOT_HEADER + l <= map.len);
+        let Some(len) = len else {
+            return bad(format!("{d:?}: its slot's length {slot_len} runs past the segment"));
+        };
+        if d.start != 0 || d.len != slot_len {
+            return bad(format!("{d:?} is not the whole of its broadcast slot ({slot_len} bytes)"));
+        }
+        if map.u64_at(off + TAKEN_BY).fetch_or(mask, Ordering::AcqRel) & mask != 0 {
+            return bad(format!("{d:?} was taken by this receiver already"));
+        }
+        Ok(Bytes::from_owner(Held { map: Arc::clone(&self.map), offset: off, len, mask }))
+    }
+}
+
+/// A taken broadcast slot; lets go of it (this receiver's bit) when dropped.
+struct Held {
+    map: Arc<Map>,
+    offset: usize,
+    len: usize,
+    mask: u64,
+}
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: the range was checked to lie inside the mapping (`take_broadcast`), the
+        // mapping lives as long as `self.map`, and the sender reuses the slot only once no
+        // bit of `holders` is set, and this receiver's stays set until this drops.
+        unsafe { std::slice::from_raw_parts(self.map.ptr.as_ptr().add(self.offset + SLOT_HEADER), self.len) }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.map.u64_at(self.offset + HOLDERS).fetch_and(!self.mask, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::MIN_SEGMENT;
+    use super::*;
+
+    fn opened(b: &Broadcast) -> Incoming {
+        Incoming::open(&b.offer()).unwrap()
+    }
+
+    #[test]
+    fn one_answer_is_copied_once_and_freed_once_every_receiver_let_go() {
+        let b = Broadcast::create(MIN_SEGMENT).unwrap();
+        let (x, y) = (b.join(std::process::id()).unwrap(), b.join(std::process::id()).unwrap());
+        let (rx, ry) = (opened(&b), opened(&b));
+        let answer = Bytes::from((0..10_000u32).map(|i| i as u8).collect::<Vec<u8>>());
+        let dx = x.place(&answer).unwrap();
+        let dy = y.place(&answer.clone()).unwrap();
+        assert_eq!(dx, dy, "the second connection names the same slot");
+        let (gx, gy) = (rx.take_broadcast(&dx, x.bit()).unwrap(), ry.take_broadcast(&dy, y.bit()).unwrap());
+        assert_eq!((&gx[..], &gy[..]), (&answer[..], &answer[..]));
+        assert!(rx.take_broadcast(&dx, x.bit()).is_err(), "taken once per receiver");
+        drop(gx);
+        assert!(b.in_use() > 0, "one receiver still holds it");
+        drop(gy);
+        // The sender lets go on its next sweep; the slot is then reused.
+        assert_eq!(b.in_use(), 0);
+        let other = Bytes::from(vec![9u8; 10_000]);
+        assert_eq!(x.place(&other).unwrap().offset, dx.offset, "the free slot is reused");
+    }
+
+    #[test]
+    fn another_answer_gets_another_slot_and_bad_descriptors_are_refused() {
+        let b = Broadcast::create(MIN_SEGMENT).unwrap();
+        let x = b.join(std::process::id()).unwrap();
+        let y = b.join(std::process::id()).unwrap();
+        let rx = opened(&b);
+        let (one, two) = (Bytes::from(vec![1u8; 4096]), Bytes::from(vec![1u8; 4096]));
+        let (d1, d2) = (x.place(&one).unwrap(), x.place(&two).unwrap());
+        assert_ne!(d1.offset, d2.offset, "equal contents, different answers");
+        for (d, bit) in [
+            (Descriptor { seq: d1.seq + 7, ..d1 }, x.bit()),
+            (Descriptor { len: 8, ..d1 }, x.bit()),
+            (Descriptor { offset: d1.offset + 64, ..d1 }, x.bit()),
+            (Descriptor { offset: u64::MAX, ..d1 }, x.bit()),
+            (d1, y.bit()), // named to x only
+            (d1, 63),
+            (d1, 99),
+        ] {
+            assert!(matches!(rx.take_broadcast(&d, bit), Err(ShmError::Descriptor(_))), "{d:?} bit {bit}");
+        }
+        let full = Bytes::from(vec![0u8; MIN_SEGMENT]);
+        assert!(x.place(&full).is_none(), "no slot that large: the caller copies elsewhere");
+        assert_eq!(&rx.take_broadcast(&d2, x.bit()).unwrap()[..], &two[..]);
+    }
+
+    #[test]
+    fn a_closed_connections_slots_are_reclaimed_and_its_bit_given_out_again() {
+        let b = Broadcast::create(MIN_SEGMENT).unwrap();
+        let r = opened(&b);
+        // Named but never taken: the closed receiver's bit is cleared by the sender.
+        let gone = b.join(std::process::id()).unwrap();
+        let bit = gone.bit();
+        let d = gone.place(&Bytes::from(vec![3u8; 5000])).unwrap();
+        drop(gone);
+        assert_eq!(b.in_use(), 0, "an untaken slot of a closed connection is freed");
+        assert!(r.take_broadcast(&d, bit).is_err(), "and cannot be taken any more");
+        // Taken by a live process: kept until it lets go; the bit is not given out meanwhile.
+        let m = b.join(std::process::id()).unwrap();
+        assert_eq!(m.bit(), bit, "the retired bit was free again");
+        let d = m.place(&Bytes::from(vec![4u8; 5000])).unwrap();
+        let held = r.take_broadcast(&d, m.bit()).unwrap();
+        drop(m);
+        let next = b.join(std::process::id()).unwrap();
+        assert_ne!(next.bit(), bit, "still named by a slot its receiver holds");
+        assert!(b.in_use() > 0);
+        assert_eq!(held[0], 4);
+        drop(held);
+        assert_eq!(b.in_use(), 0);
+        // A dead receiver's taken slots are reclaimed too.
+        let dead = b.join(u32::MAX - 1).unwrap();
+        let d = dead.place(&Bytes::from(vec![5u8; 5000])).unwrap();
+        let leaked = r.take_broadcast(&d, dead.bit()).unwrap();
+        drop(dead);
+        assert_eq!(b.in_use(), 0, "the process is gone: its hold is cleared");
+        std::mem::forget(leaked);
+    }
+
+    #[test]
+    fn at_most_sixty_three_receivers_join() {
+        let b = Broadcast::create(MIN_SEGMENT).unwrap();
+        let members: Vec<Member> = (0..MAX_MEMBERS).map(|_| b.join(1).unwrap()).collect();
+        assert!(b.join(1).is_none());
+        drop(members);
+        assert!(b.join(1).is_some(), "retired bits that no slot names are free again");
+    }
+
+    #[test]
+    fn receivers_on_other_threads_see_the_whole_answer() {
+        let b = Broadcast::create(8 << 20).unwrap();
+        let members: Vec<Member> = (0..4).map(|_| b.join(std::process::id()).unwrap()).collect();
+        let readers: Vec<Incoming> = (0..4).map(|_| opened(&b)).collect();
+        for round in 0..50u8 {
+            let answer = Bytes::from(vec![round; 1 << 20]);
+            std::thread::scope(|s| {
+                for (m, r) in members.iter().zip(&readers) {
+                    let answer = answer.clone();
+                    s.spawn(move || {
+                        let d = m.place(&answer).unwrap();
+                        let got = r.take_broadcast(&d, m.bit()).unwrap();
+                        assert!(got.iter().all(|v| *v == round));
+                    });
+                }
+            });
+        }
+        assert_eq!(b.in_use(), 0);
+    }
+}
