@@ -203,12 +203,21 @@ impl Member {
     /// return once all of it is in place.
     pub fn place(&self, data: &Bytes) -> Option<Descriptor> {
         let b = &self.broadcast;
+        let mask = 1u64 << self.bit;
         let len = data.len();
         let total = SLOT_HEADER.checked_add(len.next_multiple_of(SLOT_HEADER))?;
         let fill = {
             let mut st = b.lock();
             b.sweep(&mut st);
-            let found = st.placed.iter().find(|p| p.source.as_ptr() == data.as_ptr() && p.source.len() == len).map(Arc::clone);
+            // A slot this receiver still holds (or has yet to take) for an earlier answer of
+            // the same value cannot be named to it again: it takes each naming once.
+            let found = st
+                .placed
+                .iter()
+                .find(|p| {
+                    p.source.as_ptr() == data.as_ptr() && p.source.len() == len && b.holders(p.offset).load(Ordering::Acquire) & mask == 0
+                })
+                .map(Arc::clone);
             let fill = match found {
                 Some(fill) => fill,
                 None => {
@@ -231,8 +240,10 @@ impl Member {
                 }
             };
             // Under the sender's hold (the slot cannot be let go meanwhile), and before the
-            // receiver can know of the slot.
-            b.holders(fill.offset).fetch_or(1u64 << self.bit, Ordering::AcqRel);
+            // receiver can know of the slot. A receiver named the slot before took it and let
+            // go of it (its holder bit is clear): it may take it again.
+            b.taken_by(fill.offset).fetch_and(!mask, Ordering::AcqRel);
+            b.holders(fill.offset).fetch_or(mask, Ordering::AcqRel);
             fill
         };
         fill.copy_in(&b.map);
@@ -358,6 +369,31 @@ mod tests {
         assert_eq!(b.in_use(), 0);
         let other = Bytes::from(vec![9u8; 10_000]);
         assert_eq!(x.place(&other).unwrap().offset, dx.offset, "the free slot is reused");
+    }
+
+    #[test]
+    fn one_receiver_named_the_same_answer_twice_takes_each_naming() {
+        let b = Broadcast::create(MIN_SEGMENT).unwrap();
+        let x = b.join(std::process::id()).unwrap();
+        let rx = opened(&b);
+        let answer = Bytes::from(vec![6u8; 4096]);
+        // Two pulls of one value in flight: the first naming is still held, so the second
+        // gets a slot of its own.
+        let (d1, d2) = (x.place(&answer).unwrap(), x.place(&answer).unwrap());
+        assert_ne!(d1.offset, d2.offset);
+        let (g1, g2) = (rx.take_broadcast(&d1, x.bit()).unwrap(), rx.take_broadcast(&d2, x.bit()).unwrap());
+        assert_eq!((&g1[..], &g2[..]), (&answer[..], &answer[..]));
+        // Another receiver holds the first slot too; once this one let go of it, a third pull
+        // is named that slot again, and this receiver takes it again.
+        let y = b.join(std::process::id()).unwrap();
+        let dy = y.place(&answer).unwrap();
+        assert_eq!(dy.offset, d1.offset);
+        let gy = opened(&b).take_broadcast(&dy, y.bit()).unwrap();
+        drop(g1);
+        let d3 = x.place(&answer).unwrap();
+        assert_eq!((d3.offset, d3.seq), (d1.offset, d1.seq), "the same slot, still held by the other receiver");
+        assert_eq!(&rx.take_broadcast(&d3, x.bit()).unwrap()[..], &answer[..]);
+        drop((g2, gy));
     }
 
     #[test]
