@@ -69,10 +69,10 @@ fn reject_unknown_command() {
 
 #[test]
 fn reject_unknown_flags() {
-    // 0x100 is SHM (version 5): the first unknown bit is 0x200.
+    // 0x100 is SHM, 0x200 BROADCAST: the first unknown bit is 0x400.
     let mut b = frame(&sample());
-    b[9] = 0x02;
-    assert_eq!(reject(&b), DecodeError::UnknownFlags(0x200));
+    b[9] = 0x04;
+    assert_eq!(reject(&b), DecodeError::UnknownFlags(0x400));
 }
 
 /// Header offset 10 (reserved in version 2) is the partition since version 3: 0 = none.

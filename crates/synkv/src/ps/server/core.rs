@@ -15,6 +15,7 @@
 //! backup link, is *parked* and handled when that changes.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustc_hash::FxHashMap as HashMap;
@@ -27,6 +28,7 @@ use super::partition::{Partition, Role};
 use crate::ps::checkpoint::Shard;
 use crate::ps::node::{NodeId, Rank};
 use crate::ps::proto::{ErrorCode, Message};
+use crate::ps::transport::share::BroadcastHub;
 use crate::ps::transport::{Admission, Outbox};
 
 /// What connection tasks, links and timers tell the core.
@@ -72,6 +74,9 @@ pub(super) struct Settings {
     /// Whether partitions have backup copies (`SYNKV_SERVER_REPLICAS=1`): the own partition
     /// then waits for its backup link before serving.
     pub(super) replicas: bool,
+    /// The server's broadcast segment, once a local worker connected: large values live in
+    /// it (`entry.rs`), so answers to local workers name them instead of copying.
+    pub(super) shared: Option<Arc<BroadcastHub>>,
 }
 
 /// All of a server's state.

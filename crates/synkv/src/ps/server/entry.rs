@@ -30,6 +30,11 @@ use crate::optimizer::{GradRef, Updater, WeightMut};
 use crate::ps::checkpoint::EntryDesc;
 use crate::ps::codec::{self, chunk_len, chunk_to_buffer, dtype_of};
 use crate::ps::proto::{Chunk, DTypeCode, ErrorCode};
+use crate::ps::transport::shm::Broadcast;
+
+/// Values this large or larger live in the server's broadcast segment once a local worker
+/// connected (`transport/shm/broadcast.rs`): answers then name them instead of copying.
+const SHARED_VALUE_MIN_BYTES: usize = 256 << 10;
 
 /// An entry's name on the wire: (ps key, offset of the part in units).
 pub(super) type EntryKey = (u64, u64);
@@ -312,6 +317,7 @@ impl Entry {
         accumulated: bool,
         updater: Option<&mut Updater>,
         on_sum: Option<&mut dyn FnMut(Chunk)>,
+        shared: Option<&Arc<Broadcast>>,
     ) -> Result<Applied, ServerError> {
         let dtype = self.value.dtype();
         let cdt = compute_dtype(dtype);
@@ -320,7 +326,7 @@ impl Entry {
             // Assign: the pushes are summed straight into the value in one pass.
             let chunks: Vec<Chunk> = held.into_iter().filter_map(|p| if let Part::Raw(c) = p { Some(c) } else { None }).collect();
             let name = self.name.clone();
-            return codec::sum_chunks_into(self.value_mut(true), &chunks)
+            return codec::sum_chunks_into(self.value_mut(true, shared), &chunks)
                 .map(|()| Applied::Assign)
                 .map_err(|e| codec_fail(&name, e.to_string()));
         }
@@ -332,12 +338,18 @@ impl Entry {
         drop(held);
         let result = match updater {
             None if cdt == dtype => {
-                // The accumulator becomes the value; the old value the next accumulator.
-                std::mem::swap(self.value_mut(true), &mut acc);
+                // The accumulator becomes the value, the old value the next accumulator; a
+                // value in shared memory stays there (the sum is copied in).
+                let value = self.value_mut(true, shared);
+                if value.is_external() {
+                    value.assign_cast(&acc);
+                } else {
+                    std::mem::swap(value, &mut acc);
+                }
                 Ok(Applied::Assign)
             }
             None => {
-                self.value_mut(true).assign_cast(&acc);
+                self.value_mut(true, shared).assign_cast(&acc);
                 Ok(Applied::Assign)
             }
             Some(u) => {
@@ -354,7 +366,7 @@ impl Entry {
                     &cast
                 };
                 let (name, state_key) = (self.name.clone(), self.state_key.clone());
-                let result = match (weight_mut(self.value_mut(false)), grad_ref(grad)) {
+                let result = match (weight_mut(self.value_mut(false, shared)), grad_ref(grad)) {
                     (Ok(w), Ok(g)) => u.update_as(&name, &state_key, w, g).map(|()| Applied::Update).map_err(|e| optimizer_error(&name, e)),
                     (Err(e), _) | (_, Err(e)) => Err(e),
                 };
@@ -386,7 +398,7 @@ impl Entry {
         match updater {
             None => {
                 let len = self.value.len();
-                let value = self.value_mut(true);
+                let value = self.value_mut(true, None);
                 *value = Buffer::zeros(dtype, len);
                 for (i, &id) in sum.indices.iter().enumerate() {
                     let id = usize::try_from(id).unwrap_or(0);
@@ -396,7 +408,7 @@ impl Entry {
             }
             Some(u) => {
                 let (name, state_key) = (self.name.clone(), self.state_key.clone());
-                let w = weight_mut(self.value_mut(false))?;
+                let w = weight_mut(self.value_mut(false, None))?;
                 u.update_row_sparse_as(&name, &state_key, w, row_len, &sum.indices, grad_ref(&data)?)
                     .map(|()| kept)
                     .map_err(|e| optimizer_error(&name, e))
@@ -429,20 +441,32 @@ impl Entry {
     /// The value for an update to write. In place when no reply holds the value; otherwise a
     /// free spare buffer (or a new one) — a copy of the value unless the update `overwrites`
     /// every element — and the held value becomes the spare.
-    fn value_mut(&mut self, overwrites: bool) -> &mut Buffer {
-        if Arc::strong_count(&self.value) > 1 {
-            let free = self.spare.take().filter(|s| Arc::strong_count(s) == 1 && s.len() == self.value.len());
-            let next = match (free, overwrites) {
-                (Some(spare), true) => spare,
-                (Some(mut spare), false) => {
-                    // Unique (checked above): written in place.
-                    Arc::make_mut(&mut spare).assign_cast(&self.value);
-                    spare
+    fn value_mut(&mut self, overwrites: bool, shared: Option<&Arc<Broadcast>>) -> &mut Buffer {
+        let (dtype, len) = (self.value.dtype(), self.value.len());
+        let bytes = len * dtype.size_of();
+        // A large value lives in the broadcast segment, where answers read it in place.
+        let shared = shared.filter(|_| bytes >= SHARED_VALUE_MIN_BYTES);
+        let held = Arc::strong_count(&self.value) > 1;
+        let moves = shared.is_some() && !self.value.is_external();
+        if held || moves {
+            let fits = |s: &Arc<Buffer>| Arc::strong_count(s) == 1 && s.len() == len && (shared.is_none() || s.is_external());
+            let free = self.spare.take().filter(fits);
+            let fresh = || shared.and_then(|b| b.alloc_value(bytes)).and_then(|slot| slot.into_buffer(dtype, len)).map(Arc::new);
+            let next = match (free.or_else(fresh), overwrites) {
+                (Some(next), true) => Some(next),
+                (Some(mut next), false) => {
+                    // Unique (checked or just made): written in place.
+                    Arc::make_mut(&mut next).assign_cast(&self.value);
+                    Some(next)
                 }
-                (None, true) => Arc::new(Buffer::zeros(self.value.dtype(), self.value.len())),
-                (None, false) => Arc::new((*self.value).clone()),
+                (None, true) if held => Some(Arc::new(Buffer::zeros(dtype, len))),
+                (None, false) if held => Some(Arc::new((*self.value).clone())),
+                // Not held, and no room in shared memory: stays where it is.
+                (None, _) => None,
             };
-            self.spare = Some(std::mem::replace(&mut self.value, next));
+            if let Some(next) = next {
+                self.spare = Some(std::mem::replace(&mut self.value, next));
+            }
         }
         // Unique now (checked or just made), so this never copies.
         Arc::make_mut(&mut self.value)

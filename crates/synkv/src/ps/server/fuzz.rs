@@ -30,6 +30,7 @@ pub fn handle_frames(data: &[u8]) {
         straggler_warn: std::time::Duration::from_secs(60),
         page_bytes: 1 << 12,
         replicas: false,
+        shared: None,
     };
     let mut core = Core::new(NodeId(8), settings);
     let (outbox, mut rx) = Outbox::bounded(1 << 12, 1 << 24);

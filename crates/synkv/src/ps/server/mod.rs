@@ -193,6 +193,7 @@ impl Server {
         tracing::info!("{} serving on {addr}", cluster.me());
 
         let (events_tx, events_rx) = mpsc::channel(EVENTS);
+        let broadcast = std::sync::Arc::new(crate::ps::transport::share::BroadcastHub::default());
         let settings = Settings {
             rank: cluster.rank(),
             num_servers: config.num_servers,
@@ -201,6 +202,7 @@ impl Server {
             straggler_warn: config.straggler_warn,
             page_bytes: usize::try_from(config.partition_bytes).unwrap_or(usize::MAX),
             replicas: config.replicas > 0,
+            shared: Some(std::sync::Arc::clone(&broadcast)),
         };
         let mut core = Core::new(cluster.me().id, settings);
         let (ready_tx, ready_rx) = mpsc::unbounded_channel();
@@ -223,7 +225,6 @@ impl Server {
         let established = usize::try_from(config.num_workers + config.num_servers + CONNECTION_SLACK).unwrap_or(usize::MAX);
         let gate = Gate::new(established, HANDSHAKE_DEADLINE.min(config.heartbeat_timeout));
         let ingress = Ingress::new(config.ingress_bytes());
-        let broadcast = std::sync::Arc::new(crate::ps::transport::share::BroadcastHub::default());
         let (conn_token, conn_tracker, conn_config, conn_events) = (conns.clone(), tracker.clone(), config.clone(), events_tx.clone());
         let me = cluster.me().id;
         tracker.spawn(accept_loop(listener, gate, accept_stop.clone(), move |id, conn, _peer, pending| {

@@ -30,6 +30,7 @@ fn settings(workers: u32) -> Settings {
         straggler_warn: Duration::from_secs(60),
         page_bytes: 1 << 20,
         replicas: false,
+        shared: None,
     }
 }
 

@@ -103,11 +103,20 @@ struct Joined {
 #[derive(Debug, Default)]
 pub struct BroadcastHub(OnceLock<Option<Arc<Broadcast>>>);
 
+/// A broadcast segment's size: it holds the server's large values too (`server/entry.rs`),
+/// so it is sized far beyond them; pages take memory only once used.
+const BROADCAST_BYTES: usize = 64 << 30;
+
 impl BroadcastHub {
+    /// The segment, if a local worker made the server create it.
+    pub fn existing(&self) -> Option<&Arc<Broadcast>> {
+        self.0.get().and_then(Option::as_ref)
+    }
+
     fn get(&self, size: usize) -> Option<&Arc<Broadcast>> {
         self.0
             .get_or_init(|| {
-                Broadcast::create(size)
+                Broadcast::create(size.max(BROADCAST_BYTES))
                     .inspect_err(|e| tracing::warn!("no broadcast segment (each local worker's answers are copied for it): {e}"))
                     .ok()
             })

@@ -45,6 +45,7 @@ use crate::ps::checkpoint::{write_shard, Shard, ShardHeader};
 use crate::ps::node::Rank;
 use crate::ps::proto::{Chunk, Command, ErrorCode, Flags, Message};
 use crate::ps::trace::{Op, Span};
+use crate::ps::transport::share::BroadcastHub;
 
 /// A round's sum at least this large goes to the backup at once (its transfer overlaps the
 /// update); smaller ones are batched with the event's other rounds.
@@ -400,9 +401,10 @@ impl Partition {
             take_async(&mut entry.async_next, worker, round, &entry.name).map_err(|e| e.at(key))?;
             let traced = rec.map(|r| (r, std::time::Instant::now(), spans::checked_bytes(&value)));
             let updater = self.updater.as_mut();
+            let shared = self.settings.shared.as_deref().and_then(BroadcastHub::existing);
             let applied = match value {
-                Checked::Dense(c) => entry.finish_dense(vec![Part::Raw(c)], false, updater, None).map(drop),
-                Checked::Packed(gc, c) => entry.finish_dense(vec![Part::Packed(gc, c)], false, updater, None).map(drop),
+                Checked::Dense(c) => entry.finish_dense(vec![Part::Raw(c)], false, updater, None, shared).map(drop),
+                Checked::Packed(gc, c) => entry.finish_dense(vec![Part::Packed(gc, c)], false, updater, None, shared).map(drop),
                 Checked::Rows(ids, data) => {
                     let rows = entry.rows_of(ids, &data)?;
                     entry.finish_rows(vec![rows], updater, false).map(drop)
@@ -529,7 +531,8 @@ impl Partition {
                         }
                     };
                     let on_sum: Option<&mut dyn FnMut(Chunk)> = if replicating || rec.is_some() { Some(&mut send_sum) } else { None };
-                    entry.finish_dense(held, accumulated, self.updater.as_mut(), on_sum).map(|applied| match applied {
+                    let shared = self.settings.shared.as_deref().and_then(BroadcastHub::existing);
+                    entry.finish_dense(held, accumulated, self.updater.as_mut(), on_sum, shared).map(|applied| match applied {
                         Applied::Assign if replicating => Some(RoundChange::Assign(entry.value_chunk())),
                         _ => None,
                     })

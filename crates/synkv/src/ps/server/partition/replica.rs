@@ -334,10 +334,10 @@ impl Partition {
             let entry = self.keys.get_mut(&key).ok_or_else(|| bad(format!("a round of key part {key:?}, which this copy lacks")))?;
             let mut next = || chunks.next().cloned().ok_or_else(|| bad("a round without its values".into()));
             match k.as_str() {
-                "a" => entry.finish_dense(vec![Part::Raw(next()?)], false, None, None).map(drop)?,
+                "a" => entry.finish_dense(vec![Part::Raw(next()?)], false, None, None, None).map(drop)?,
                 "u" => {
                     let u = self.updater.as_mut().ok_or_else(|| bad("an update without an optimizer".into()))?;
-                    entry.finish_dense(vec![Part::Raw(next()?)], false, Some(u), None).map(drop)?;
+                    entry.finish_dense(vec![Part::Raw(next()?)], false, Some(u), None, None).map(drop)?;
                 }
                 "ra" | "ru" => {
                     let ids = next()?;

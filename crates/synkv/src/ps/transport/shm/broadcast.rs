@@ -40,8 +40,12 @@ const HOLDERS: usize = 24;
 const TAKEN_BY: usize = 32;
 /// The bit of `holders` the sender keeps while it may name the slot to more receivers.
 const SENDER_HOLD: u64 = 1 << 63;
-/// Most receivers of one segment (one bit each; the last bit is the sender's).
-pub const MAX_MEMBERS: u32 = 63;
+/// The bit of `holders` a value slot keeps while the value living in it exists.
+const VALUE_HOLD: u64 = 1 << 62;
+/// Both of the sender's bits.
+const SENDER_BITS: u64 = SENDER_HOLD | VALUE_HOLD;
+/// Most receivers of one segment (one bit each; the last two bits are the sender's).
+pub const MAX_MEMBERS: u32 = 62;
 
 /// The sender's (a server's) broadcast segment.
 pub struct Broadcast {
@@ -77,6 +81,9 @@ struct Placed {
     next: AtomicUsize,
     /// Bytes copied so far.
     copied: AtomicUsize,
+    /// The answer lives in a value slot (nothing to copy; the value keeps the slot, this
+    /// entry keeps the value unchanged until every receiver let go).
+    in_value: bool,
 }
 
 impl Broadcast {
@@ -98,6 +105,28 @@ impl Broadcast {
         let bit = (0..MAX_MEMBERS).find(|b| st.bits & (1 << b) == 0)?;
         st.bits |= 1 << bit;
         Some(Member { broadcast: Arc::clone(self), bit, pid })
+    }
+
+    /// A slot of `bytes` for a value the sender keeps (a server's stored value): its data
+    /// stays the sender's while the returned [`ValueSlot`] lives, and answers with the value
+    /// name the slot instead of copying it. `None` when no slot is free.
+    pub fn alloc_value(self: &Arc<Self>, bytes: usize) -> Option<ValueSlot> {
+        let total = SLOT_HEADER.checked_add(bytes.next_multiple_of(SLOT_HEADER))?;
+        let mut st = self.lock();
+        self.sweep(&mut st);
+        let at = st.slots.first_fit(total, self.map.len)?;
+        st.slots.next_seq += 1;
+        let seq = st.slots.next_seq;
+        st.slots.live.insert(at, total);
+        let map = &self.map;
+        map.u32_at(at).store(BROADCAST_MAGIC, Ordering::Relaxed);
+        map.u64_at(at + 8).store(bytes as u64, Ordering::Relaxed);
+        map.u64_at(at + 16).store(seq, Ordering::Relaxed);
+        self.taken_by(at).store(0, Ordering::Relaxed);
+        self.holders(at).store(VALUE_HOLD, Ordering::Relaxed);
+        // Complete as far as receivers go: they read it only while it is named to them.
+        map.u32_at(at + 4).store(IN_USE, Ordering::Release);
+        Some(ValueSlot { broadcast: Arc::clone(self), offset: at, len: bytes })
     }
 
     /// Bytes in slots not yet free (tests, metrics).
@@ -147,8 +176,8 @@ impl Broadcast {
         });
         st.bits &= !freed;
         st.placed.retain(|p| {
-            let done = self.holders(p.offset).load(Ordering::Acquire) & !SENDER_HOLD == 0;
-            if done {
+            let done = self.holders(p.offset).load(Ordering::Acquire) & !SENDER_BITS == 0;
+            if done && !p.in_value {
                 self.holders(p.offset).fetch_and(!SENDER_HOLD, Ordering::AcqRel);
             }
             !done
@@ -205,6 +234,9 @@ impl Member {
         let b = &self.broadcast;
         let mask = 1u64 << self.bit;
         let len = data.len();
+        if let Some(d) = self.name_value(data) {
+            return d;
+        }
         let total = SLOT_HEADER.checked_add(len.next_multiple_of(SLOT_HEADER))?;
         let fill = {
             let mut st = b.lock();
@@ -233,8 +265,14 @@ impl Member {
                     b.taken_by(at).store(0, Ordering::Relaxed);
                     // Live from now on (a sweep keeps it), named to nobody yet.
                     b.holders(at).store(SENDER_HOLD, Ordering::Release);
-                    let fill =
-                        Arc::new(Placed { source: data.clone(), offset: at, seq, next: AtomicUsize::new(0), copied: AtomicUsize::new(0) });
+                    let fill = Arc::new(Placed {
+                        source: data.clone(),
+                        offset: at,
+                        seq,
+                        next: AtomicUsize::new(0),
+                        copied: AtomicUsize::new(0),
+                        in_value: false,
+                    });
                     st.placed.push(Arc::clone(&fill));
                     fill
                 }
@@ -248,6 +286,97 @@ impl Member {
         };
         fill.copy_in(&b.map);
         Some(Descriptor { offset: fill.offset as u64, seq: fill.seq, start: 0, len: len as u64 })
+    }
+}
+
+impl Member {
+    /// `Some` when `data` lies in this segment (a value in a value slot): names that slot,
+    /// without a copy (`Some(None)` when it cannot be named to this receiver now).
+    fn name_value(&self, data: &Bytes) -> Option<Option<Descriptor>> {
+        let b = &self.broadcast;
+        let base = b.map.ptr.as_ptr() as usize;
+        let at = (data.as_ptr() as usize).checked_sub(base).filter(|at| at.checked_add(data.len()).is_some_and(|e| e <= b.map.len))?;
+        let mask = 1u64 << self.bit;
+        let mut st = b.lock();
+        b.sweep(&mut st);
+        let (&offset, &total) = st.slots.live.range(..=at).next_back()?;
+        let start = at.checked_sub(offset + SLOT_HEADER)?;
+        if at + data.len() > offset + total {
+            return Some(None);
+        }
+        let holders = b.holders(offset).load(Ordering::Acquire);
+        // Not a value slot, or named to this receiver and not let go of yet (it takes each
+        // naming once): the caller copies it elsewhere.
+        if holders & VALUE_HOLD == 0 || holders & mask != 0 {
+            return Some(None);
+        }
+        b.taken_by(offset).fetch_and(!mask, Ordering::AcqRel);
+        b.holders(offset).fetch_or(mask, Ordering::AcqRel);
+        let seq = b.map.u64_at(offset + 16).load(Ordering::Acquire);
+        st.placed.push(Arc::new(Placed {
+            source: data.clone(),
+            offset,
+            seq,
+            next: AtomicUsize::new(data.len()),
+            copied: AtomicUsize::new(data.len()),
+            in_value: true,
+        }));
+        Some(Some(Descriptor { offset: offset as u64, seq, start: start as u64, len: data.len() as u64 }))
+    }
+}
+
+/// A slot holding a value the sender keeps ([`Broadcast::alloc_value`]); the slot is free
+/// once this is dropped and no receiver holds it any more.
+pub struct ValueSlot {
+    broadcast: Arc<Broadcast>,
+    offset: usize,
+    len: usize,
+}
+
+impl std::fmt::Debug for ValueSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ValueSlot").field("offset", &self.offset).field("len", &self.len).finish()
+    }
+}
+
+impl ValueSlot {
+    /// The slot's data as a buffer of `len` elements of `dtype` (which must fill the slot's
+    /// bytes exactly), owned by the slot: the memory is the sender's, as a `Vec` would be,
+    /// except that receivers read it while it is named to them, and the sender names it only
+    /// through `Bytes` that share the buffer, while which the buffer is not written.
+    pub fn into_buffer(self, dtype: crate::ndarray::DType, len: usize) -> Option<crate::ndarray::Buffer> {
+        use crate::ndarray::{Buffer, Data};
+        if len.checked_mul(dtype.size_of()) != Some(self.len) {
+            return None;
+        }
+        // SAFETY: the slot's data lies inside the mapping (first_fit checked it), is 64-byte
+        // aligned (slots and their headers are), and is initialised (a memfd's pages read as
+        // zeros until written; every bit pattern is a valid element of these dtypes).
+        let ptr = unsafe { self.broadcast.map.ptr.as_ptr().add(self.offset + SLOT_HEADER) };
+        let owner: Arc<dyn std::any::Any + Send + Sync> = Arc::new(self);
+        macro_rules! external {
+            ($t:ty, $variant:ident) => {
+                // SAFETY: `Data::external`'s contract: the memory stays valid while `owner`
+                // (the slot, which keeps the mapping) lives; this process writes it only
+                // through the buffer, and receivers only read it while the sender names it
+                // to them, which it does while a `Bytes` sharing the buffer keeps it unwritten.
+                unsafe { Data::external(ptr.cast::<$t>(), len, owner) }.map(Buffer::$variant)
+            };
+        }
+        match dtype {
+            crate::ndarray::DType::F32 => external!(f32, F32),
+            crate::ndarray::DType::F64 => external!(f64, F64),
+            crate::ndarray::DType::F16 => external!(half::f16, F16),
+            crate::ndarray::DType::BF16 => external!(half::bf16, BF16),
+            crate::ndarray::DType::I32 => external!(i32, I32),
+            crate::ndarray::DType::I64 => external!(i64, I64),
+        }
+    }
+}
+
+impl Drop for ValueSlot {
+    fn drop(&mut self) {
+        self.broadcast.holders(self.offset).fetch_and(!VALUE_HOLD, Ordering::AcqRel);
     }
 }
 
@@ -287,7 +416,7 @@ impl Incoming {
     /// lets go of the slot when the last slice of it drops.
     pub fn take_broadcast(&self, d: &Descriptor, bit: u32) -> Result<Bytes, ShmError> {
         let bad = |what: String| Err(ShmError::Descriptor(what));
-        let mask = 1u64.checked_shl(bit).filter(|m| *m != SENDER_HOLD && *m != 0);
+        let mask = (bit < MAX_MEMBERS).then(|| 1u64 << bit);
         let Some(mask) = mask else {
             return bad(format!("receiver bit {bit} is not a member's"));
         };
@@ -308,13 +437,15 @@ impl Incoming {
         let Some(len) = len else {
             return bad(format!("{d:?}: its slot's length {slot_len} runs past the segment"));
         };
-        if d.start != 0 || d.len != slot_len {
-            return bad(format!("{d:?} is not the whole of its broadcast slot ({slot_len} bytes)"));
-        }
+        let range =
+            usize::try_from(d.start).ok().zip(usize::try_from(d.len).ok()).filter(|(s, l)| s.checked_add(*l).is_some_and(|e| e <= len));
+        let Some((start, part)) = range else {
+            return bad(format!("{d:?} runs past its broadcast slot ({slot_len} bytes)"));
+        };
         if map.u64_at(off + TAKEN_BY).fetch_or(mask, Ordering::AcqRel) & mask != 0 {
             return bad(format!("{d:?} was taken by this receiver already"));
         }
-        Ok(Bytes::from_owner(Held { map: Arc::clone(&self.map), offset: off, len, mask }))
+        Ok(Bytes::from_owner(Held { map: Arc::clone(&self.map), offset: off, start, len: part, mask }))
     }
 }
 
@@ -322,6 +453,8 @@ impl Incoming {
 struct Held {
     map: Arc<Map>,
     offset: usize,
+    /// The named bytes within the slot's data.
+    start: usize,
     len: usize,
     mask: u64,
 }
@@ -331,7 +464,7 @@ impl AsRef<[u8]> for Held {
         // SAFETY: the range was checked to lie inside the mapping (`take_broadcast`), the
         // mapping lives as long as `self.map`, and the sender reuses the slot only once no
         // bit of `holders` is set, and this receiver's stays set until this drops.
-        unsafe { std::slice::from_raw_parts(self.map.ptr.as_ptr().add(self.offset + SLOT_HEADER), self.len) }
+        unsafe { std::slice::from_raw_parts(self.map.ptr.as_ptr().add(self.offset + SLOT_HEADER + self.start), self.len) }
     }
 }
 
@@ -407,10 +540,12 @@ mod tests {
         assert_ne!(d1.offset, d2.offset, "equal contents, different answers");
         for (d, bit) in [
             (Descriptor { seq: d1.seq + 7, ..d1 }, x.bit()),
-            (Descriptor { len: 8, ..d1 }, x.bit()),
+            (Descriptor { start: 8, ..d1 }, x.bit()),
+            (Descriptor { len: d1.len + 1, ..d1 }, x.bit()),
             (Descriptor { offset: d1.offset + 64, ..d1 }, x.bit()),
             (Descriptor { offset: u64::MAX, ..d1 }, x.bit()),
             (d1, y.bit()), // named to x only
+            (d1, 62),
             (d1, 63),
             (d1, 99),
         ] {
@@ -454,7 +589,44 @@ mod tests {
     }
 
     #[test]
-    fn at_most_sixty_three_receivers_join() {
+    fn a_value_in_a_value_slot_is_named_in_place_and_kept_unchanged_while_read() {
+        use crate::ndarray::{Buffer, DType};
+        let b = Broadcast::create(8 << 20).unwrap();
+        let (x, y) = (b.join(std::process::id()).unwrap(), b.join(std::process::id()).unwrap());
+        let (rx, ry) = (opened(&b), opened(&b));
+        let slot = b.alloc_value(4 * 100_000).unwrap();
+        let mut value = std::sync::Arc::new(slot.into_buffer(DType::F32, 100_000).unwrap());
+        assert!(value.is_external());
+        std::sync::Arc::get_mut(&mut value).unwrap().assign_cast(&Buffer::from_vec((0..100_000).map(|i| i as f32).collect::<Vec<f32>>()));
+        let slots = b.in_use();
+        // An answer carrying a part of the value (as a reply shares the value's memory).
+        let whole = crate::ps::codec::shared_buffer_bytes(std::sync::Arc::clone(&value));
+        let part = whole.slice(400..4000);
+        let (dx, dy) = (x.place(&part).unwrap(), y.place(&part).unwrap());
+        assert_eq!((dx.offset, dx.start, dx.len), (dy.offset, 400, 3600));
+        assert_eq!(b.in_use(), slots, "named in place: no other slot");
+        let (gx, gy) = (rx.take_broadcast(&dx, x.bit()).unwrap(), ry.take_broadcast(&dy, y.bit()).unwrap());
+        assert_eq!((&gx[..], &gy[..]), (&part[..], &part[..]));
+        drop((whole, part));
+        assert!(std::sync::Arc::get_mut(&mut value).is_none(), "kept unchanged while a receiver reads it");
+        drop(gx);
+        assert!(std::sync::Arc::get_mut(&mut value).is_none());
+        drop(gy);
+        let _ = b.in_use(); // the sender's next sweep lets go of it
+        assert!(std::sync::Arc::get_mut(&mut value).is_some(), "writable again once every receiver let go");
+        // Named to the same receiver twice at once: the second naming is refused (the writer
+        // copies it into the connection's own segment).
+        let again = crate::ps::codec::shared_buffer_bytes(std::sync::Arc::clone(&value));
+        let d = x.place(&again).unwrap();
+        assert!(x.place(&again).is_none());
+        drop(again);
+        drop(value);
+        let _ = rx.take_broadcast(&d, x.bit()).unwrap();
+        assert_eq!(b.in_use(), 0, "the value and its copies are gone: every slot is free");
+    }
+
+    #[test]
+    fn at_most_sixty_two_receivers_join() {
         let b = Broadcast::create(MIN_SEGMENT).unwrap();
         let members: Vec<Member> = (0..MAX_MEMBERS).map(|_| b.join(1).unwrap()).collect();
         assert!(b.join(1).is_none());
