@@ -111,9 +111,17 @@ impl Broadcast {
     /// stays the sender's while the returned [`ValueSlot`] lives, and answers with the value
     /// name the slot instead of copying it. `None` when no slot is free.
     pub fn alloc_value(self: &Arc<Self>, bytes: usize) -> Option<ValueSlot> {
-        let total = SLOT_HEADER.checked_add(bytes.next_multiple_of(SLOT_HEADER))?;
         let mut st = self.lock();
         self.sweep(&mut st);
+        // Complete as far as receivers go: they read it only while it is named to them.
+        let (at, _) = self.new_slot(&mut st, bytes, VALUE_HOLD, IN_USE)?;
+        Some(ValueSlot { broadcast: Arc::clone(self), offset: at, len: bytes })
+    }
+
+    /// Makes a slot for `bytes` of data, held by `holders` (not yet named to any receiver),
+    /// its state `state`: its offset and sequence number.
+    fn new_slot(&self, st: &mut State, bytes: usize, holders: u64, state: u32) -> Option<(usize, u64)> {
+        let total = SLOT_HEADER.checked_add(bytes.next_multiple_of(SLOT_HEADER))?;
         let at = st.slots.first_fit(total, self.map.len)?;
         st.slots.next_seq += 1;
         let seq = st.slots.next_seq;
@@ -123,10 +131,10 @@ impl Broadcast {
         map.u64_at(at + 8).store(bytes as u64, Ordering::Relaxed);
         map.u64_at(at + 16).store(seq, Ordering::Relaxed);
         self.taken_by(at).store(0, Ordering::Relaxed);
-        self.holders(at).store(VALUE_HOLD, Ordering::Relaxed);
-        // Complete as far as receivers go: they read it only while it is named to them.
-        map.u32_at(at + 4).store(IN_USE, Ordering::Release);
-        Some(ValueSlot { broadcast: Arc::clone(self), offset: at, len: bytes })
+        // Live from now on (a sweep keeps it).
+        self.holders(at).store(holders, Ordering::Relaxed);
+        map.u32_at(at + 4).store(state, Ordering::Release);
+        Some((at, seq))
     }
 
     /// Bytes in slots not yet free (tests, metrics).
@@ -237,7 +245,6 @@ impl Member {
         if let Some(d) = self.name_value(data) {
             return d;
         }
-        let total = SLOT_HEADER.checked_add(len.next_multiple_of(SLOT_HEADER))?;
         let fill = {
             let mut st = b.lock();
             b.sweep(&mut st);
@@ -253,18 +260,8 @@ impl Member {
             let fill = match found {
                 Some(fill) => fill,
                 None => {
-                    let at = st.slots.first_fit(total, b.map.len)?;
-                    st.slots.next_seq += 1;
-                    let seq = st.slots.next_seq;
-                    st.slots.live.insert(at, total);
-                    let map = &b.map;
-                    map.u32_at(at).store(BROADCAST_MAGIC, Ordering::Relaxed);
-                    map.u32_at(at + 4).store(0, Ordering::Relaxed);
-                    map.u64_at(at + 8).store(len as u64, Ordering::Relaxed);
-                    map.u64_at(at + 16).store(seq, Ordering::Relaxed);
-                    b.taken_by(at).store(0, Ordering::Relaxed);
-                    // Live from now on (a sweep keeps it), named to nobody yet.
-                    b.holders(at).store(SENDER_HOLD, Ordering::Release);
+                    // Its data is complete (IN_USE) once copied in.
+                    let (at, seq) = b.new_slot(&mut st, len, SENDER_HOLD, 0)?;
                     let fill = Arc::new(Placed {
                         source: data.clone(),
                         offset: at,
