@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::shm::{Broadcast, Incoming, Offer, Outgoing};
+use super::shm::{self, Broadcast, Incoming, Offer, Outgoing};
 use super::writer::ShmOut;
 use super::Connection;
 use crate::ps::node::NodeId;
@@ -51,7 +51,8 @@ pub async fn offer(conn: &mut Connection, config: &Config, me: NodeId, within: D
                 .map_err(|e| Error::InvalidArgument(format!("{peer} answered the shared-memory offer with a malformed offer: {e}")))?;
             let cannot = |e| {
                 Error::InvalidArgument(format!(
-                    "{peer} mapped this worker's shared memory but offered a segment this worker cannot map: {e}"
+                    "{peer} mapped this worker's shared memory but offered a segment this worker cannot map: {e}; \
+                     set SYNKV_SHM=0 to move every byte over the connection"
                 ))
             };
             let incoming = Incoming::open(&terms.segment).map_err(cannot)?;
@@ -104,8 +105,13 @@ struct Joined {
 pub struct BroadcastHub(OnceLock<Option<Arc<Broadcast>>>);
 
 /// A broadcast segment's size: it holds the server's large values too (`server/entry.rs`),
-/// so it is sized far beyond them; pages take memory only once used.
-const BROADCAST_BYTES: usize = 64 << 30;
+/// so it is sized far beyond them (pages take memory only once used), but at most an eighth
+/// of this process's address-space limit (`ulimit -v`, which some clusters set): every local
+/// worker maps it too.
+fn broadcast_bytes(at_least: usize) -> usize {
+    let cap = shm::address_space_limit().map_or(usize::MAX, |l| usize::try_from(l / 8).unwrap_or(usize::MAX));
+    at_least.max((64usize << 30).min(cap))
+}
 
 impl BroadcastHub {
     /// The segment, if a local worker made the server create it.
@@ -116,7 +122,7 @@ impl BroadcastHub {
     fn get(&self, size: usize) -> Option<&Arc<Broadcast>> {
         self.0
             .get_or_init(|| {
-                Broadcast::create(size.max(BROADCAST_BYTES))
+                Broadcast::create(broadcast_bytes(size))
                     .inspect_err(|e| tracing::warn!("no broadcast segment (each local worker's answers are copied for it): {e}"))
                     .ok()
             })

@@ -134,6 +134,14 @@ pub struct Offer {
     pub net: String,
 }
 
+/// This process's address-space limit in bytes (`RLIMIT_AS`, `ulimit -v`), if it has one.
+pub fn address_space_limit() -> Option<u64> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct it is given; the result is checked.
+    let r = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) };
+    (r == 0 && lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
+}
+
 /// This process's network namespace, as `net:[inode]` (empty if it cannot be read).
 pub fn network_namespace() -> String {
     std::fs::read_link("/proc/self/ns/net").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default()
