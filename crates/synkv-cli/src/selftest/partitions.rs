@@ -11,7 +11,9 @@
 //! - a row_sparse key of odd row count and row length: rows of each worker pushed, pulled by
 //!   `row_sparse_pull` across many parts;
 //! - the server's optimizer (`w += 2·g`) on a partitioned key;
-//! - 2-bit compression on a partitioned key (each part quantized with its residual).
+//! - 2-bit compression on a partitioned key (each part quantized with its residual);
+//! - a pull into two outputs of different dtypes;
+//! - over TCP (`SYNKV_SHM=0`), that answers were read straight into the outputs.
 
 use anyhow::{bail, Result};
 use synkv::ndarray::Buffer;
@@ -75,6 +77,13 @@ pub(super) fn partitions(kv: &KVStore, args: &DistArgs) -> Result<()> {
         let out = array(len, dtype, |_| -1.0)?;
         kv.pull(k, &out)?;
         exact(&format!("push of two devices' values of {k}, round {round}"), &out, |i| 2.0 * summed(i, n, round))?;
+        // A pull into two devices' outputs, one of another dtype: the first is written
+        // straight from the socket (over TCP), the second gets a copy.
+        let outs = vec![array(len, dtype, |_| -1.0)?, array(len, DType::F16, |_| -1.0)?];
+        kv.pull(vec![k], &vec![outs.clone()])?;
+        for (d, out) in outs.iter().enumerate() {
+            exact(&format!("pull into output {d} of two, {k}, round {round}"), out, |i| 2.0 * summed(i, n, round))?;
+        }
     }
     row_sparse(kv, rank, n)?;
     // The server's optimizer, `w += 2·g`, on every part.
@@ -100,6 +109,22 @@ pub(super) fn partitions(kv: &KVStore, args: &DistArgs) -> Result<()> {
         kv.pull("p-2bit", &out)?;
         exact(&format!("2-bit push, round {round}"), &out, |i| RATE * n as f64 * 0.5 * sign(i) * (round + 1) as f64)?;
     }
+    landed_over_tcp()
+}
+
+/// Without shared memory every answer comes over the socket: the large ones must have been
+/// read straight into their outputs (`synkv_landed_bytes_total`, issue 13 item 2).
+fn landed_over_tcp() -> Result<()> {
+    if std::env::var("SYNKV_SHM").as_deref() != Ok("0") {
+        return Ok(());
+    }
+    let metrics = synkv::ps::metrics::render();
+    let landed =
+        metrics.lines().find_map(|l| l.strip_prefix("synkv_landed_bytes_total ")).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0);
+    if landed <= 0.0 {
+        bail!("over TCP no answer was read straight into its output (synkv_landed_bytes_total {landed})");
+    }
+    println!("partitions: {landed} answer bytes read straight into the outputs");
     Ok(())
 }
 

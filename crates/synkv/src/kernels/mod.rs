@@ -107,6 +107,21 @@ pub fn copy<T: Element>(dst: &mut [T], src: &[T]) {
     ops::copy(&Plan::current(), dst, src);
 }
 
+/// `dst = src` for the bytes of array elements (an answer written into a loaned output),
+/// planned as [`copy`] plans the elements.
+///
+/// # Panics
+/// If the lengths differ.
+pub fn copy_element_bytes(dst: &mut [u8], src: &[u8]) {
+    assert!(
+        dst.len() == src.len(),
+        "kernels::copy_element_bytes: the source has {} bytes but the destination has {}",
+        src.len(),
+        dst.len()
+    );
+    ops::copy_pod(&Plan::current(), dst, src);
+}
+
 /// Message data this large or larger is copied with streaming stores by [`copy_bytes`].
 const MESSAGE_STREAM_MIN_BYTES: usize = 256 << 10;
 

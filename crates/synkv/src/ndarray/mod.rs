@@ -46,7 +46,7 @@ pub use error::Error;
 pub use shape::Shape;
 pub use storage::{RowSparse, Storage, StorageType};
 
-pub(crate) use lend::lend_bytes;
+pub(crate) use lend::{lend_bytes, loan_ranges};
 
 /// A `Result` whose error is an [`ndarray::Error`](Error).
 pub type Result<T, E = Error> = std::result::Result<T, E>;

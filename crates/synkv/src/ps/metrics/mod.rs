@@ -187,6 +187,8 @@ pub(crate) struct TransportMetrics {
     /// Answers sent through the broadcast segment (a value copied once for every local
     /// worker that pulls it).
     pub(crate) shm_broadcast: Counter,
+    /// Answer bytes read from the socket straight into the outputs (`transport/landing.rs`).
+    pub(crate) landed_bytes: Counter,
 }
 
 /// Every series of this process.
@@ -200,7 +202,12 @@ pub(crate) struct Metrics {
 
 /// The process's metrics.
 pub(crate) static METRICS: Metrics = Metrics {
-    transport: TransportMetrics { shm_bytes: Counter::new(), shm_full: Counter::new(), shm_broadcast: Counter::new() },
+    transport: TransportMetrics {
+        shm_bytes: Counter::new(),
+        shm_full: Counter::new(),
+        shm_broadcast: Counter::new(),
+        landed_bytes: Counter::new(),
+    },
     worker: WorkerMetrics {
         active: AtomicBool::new(false),
         push_bytes: Counter::new(),
@@ -286,6 +293,13 @@ pub fn render() -> String {
         "Answers sent through the server's broadcast segment (one copy for every local worker).",
         "",
         t.shm_broadcast.get(),
+    );
+    counter(
+        &mut out,
+        "synkv_landed_bytes_total",
+        "Answer bytes read from the socket straight into the outputs (no copy after the kernel's).",
+        "",
+        t.landed_bytes.get(),
     );
     if m.worker.active.load(Ordering::Relaxed) {
         let w = &m.worker;

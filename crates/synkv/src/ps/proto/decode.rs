@@ -115,34 +115,7 @@ pub fn parse(frame: Bytes, limits: &Limits) -> Result<Message, DecodeError> {
         return Err(DecodeError::TrailingBytes { count: u64::try_from(frame.len() - frame_len).unwrap_or(u64::MAX) });
     }
     let mut c = Cursor { buf: &frame, pos: HEADER_LEN };
-
-    let keys = c.u64s(header.key_count, "keys")?;
-    let lens = c.u64s(header.key_count, "key lengths")?;
-    let offsets = if header.flags.contains(Flags::OFFSETS) { c.u64s(header.key_count, "key offsets")? } else { Vec::new() };
-    let rounds = if header.flags.contains(Flags::ROUNDS) { c.u64s(header.key_count, "round ids")? } else { Vec::new() };
-    let chunk_lens = c.u64s(header.chunk_count, "chunk lengths")?;
-    let dtype_codes = c.take(header.chunk_count.into(), "chunk dtypes")?;
-    let dtypes = dtype_codes.iter().map(|d| DTypeCode::try_from(*d)).collect::<Result<Vec<_>, _>>()?;
-    let priority = c.i32("priority")?;
-    let head = c.i32("head")?;
-
-    let node_count = c.u32("node count")?;
-    if node_count > limits.max_nodes {
-        return Err(DecodeError::TooLarge { field: "node count", value: node_count.into(), max: limits.max_nodes.into() });
-    }
-    // Each node needs at least NODE_FIXED_LEN bytes: bound the allocation by what is present.
-    let remaining = u64::try_from(frame.len() - c.pos).unwrap_or(u64::MAX);
-    if u64::from(node_count).saturating_mul(NODE_FIXED_LEN) > remaining {
-        return Err(DecodeError::Truncated { field: "nodes" });
-    }
-    let mut nodes = Vec::with_capacity(usize::try_from(node_count).unwrap_or(0));
-    for _ in 0..node_count {
-        nodes.push(node(&mut c, limits)?);
-    }
-    let text_len = c.u32("text length")?;
-    let text = c.string(text_len, limits.max_string_len, "text")?;
-    let meta_end = u64::try_from(c.pos).map_err(|_| DecodeError::Overflow { field: "meta length" })?;
-    c.zeros(pad8(meta_end).ok_or(DecodeError::Overflow { field: "meta padding" })? - meta_end, "meta padding")?;
+    let (meta, chunk_lens, dtypes) = parse_meta(&mut c, &header, limits)?;
 
     let mut chunks = Vec::with_capacity(dtypes.len());
     let mut chunk_sum: u64 = 0;
@@ -168,18 +141,89 @@ pub fn parse(frame: Bytes, limits: &Limits) -> Result<Message, DecodeError> {
     } else if header.flags.contains(Flags::BROADCAST) {
         return Err(DecodeError::InvalidField { field: "flags BROADCAST without SHM", value: u64::from(header.flags.bits()) });
     } else {
-        check_key_lengths(&lens, chunks.is_empty(), chunk_sum)?;
+        check_key_lengths(&meta.lens, chunks.is_empty(), chunk_sum)?;
     }
-    Ok(Message {
+    Ok(message(&header, meta, chunks))
+}
+
+/// The message of `header` with `meta` and `chunks`.
+fn message(header: &Header, meta: Meta, chunks: Vec<Chunk>) -> Message {
+    Message {
         command: header.command,
         // OFFSETS and ROUNDS say which meta arrays are present; in memory that is the arrays.
         flags: header.flags.without(Flags::OFFSETS.with(Flags::ROUNDS)),
         sender: header.sender,
         request_id: header.request_id,
         partition: header.partition,
-        meta: Meta { keys, lens, offsets, rounds, priority, head, nodes, text },
+        meta,
         chunks,
-    })
+    }
+}
+
+/// Parses the meta section at the cursor, up to and including its padding: the meta, and the
+/// lengths and dtypes of the chunks that follow it.
+fn parse_meta(c: &mut Cursor<'_>, header: &Header, limits: &Limits) -> Result<(Meta, Vec<u64>, Vec<DTypeCode>), DecodeError> {
+    let keys = c.u64s(header.key_count, "keys")?;
+    let lens = c.u64s(header.key_count, "key lengths")?;
+    let offsets = if header.flags.contains(Flags::OFFSETS) { c.u64s(header.key_count, "key offsets")? } else { Vec::new() };
+    let rounds = if header.flags.contains(Flags::ROUNDS) { c.u64s(header.key_count, "round ids")? } else { Vec::new() };
+    let chunk_lens = c.u64s(header.chunk_count, "chunk lengths")?;
+    let dtype_codes = c.take(header.chunk_count.into(), "chunk dtypes")?;
+    let dtypes = dtype_codes.iter().map(|d| DTypeCode::try_from(*d)).collect::<Result<Vec<_>, _>>()?;
+    let priority = c.i32("priority")?;
+    let head = c.i32("head")?;
+
+    let node_count = c.u32("node count")?;
+    if node_count > limits.max_nodes {
+        return Err(DecodeError::TooLarge { field: "node count", value: node_count.into(), max: limits.max_nodes.into() });
+    }
+    // Each node needs at least NODE_FIXED_LEN bytes: bound the allocation by what is present.
+    let remaining = u64::try_from(c.buf.len() - c.pos).unwrap_or(u64::MAX);
+    if u64::from(node_count).saturating_mul(NODE_FIXED_LEN) > remaining {
+        return Err(DecodeError::Truncated { field: "nodes" });
+    }
+    let mut nodes = Vec::with_capacity(usize::try_from(node_count).unwrap_or(0));
+    for _ in 0..node_count {
+        nodes.push(node(c, limits)?);
+    }
+    let text_len = c.u32("text length")?;
+    let text = c.string(text_len, limits.max_string_len, "text")?;
+    let meta_end = u64::try_from(c.pos).map_err(|_| DecodeError::Overflow { field: "meta length" })?;
+    c.zeros(pad8(meta_end).ok_or(DecodeError::Overflow { field: "meta padding" })? - meta_end, "meta padding")?;
+    Ok((Meta { keys, lens, offsets, rounds, priority, head, nodes, text }, chunk_lens, dtypes))
+}
+
+/// Parses the head of a frame — its header and meta section with padding, exactly `head` —
+/// without its chunks, for a reader that writes the chunks straight into their destinations
+/// (`transport::landing`). Returns the message, whose chunks have their dtypes and no bytes,
+/// and the chunks' lengths. The frame's length must be the head plus the chunks with their
+/// padding, and the key lengths must add up to the chunks, as [`parse`] checks.
+pub fn parse_head(head: &[u8], limits: &Limits) -> Result<(Message, Vec<u64>), DecodeError> {
+    let header = Header::decode(head, limits)?;
+    if header.flags.contains(Flags::SHM) || header.flags.contains(Flags::BROADCAST) {
+        return Err(DecodeError::InvalidField { field: "flags of a frame read in parts", value: u64::from(header.flags.bits()) });
+    }
+    let mut c = Cursor { buf: head, pos: HEADER_LEN };
+    let (meta, chunk_lens, dtypes) = parse_meta(&mut c, &header, limits)?;
+    if c.pos != head.len() {
+        return Err(DecodeError::TrailingBytes { count: u64::try_from(head.len() - c.pos).unwrap_or(u64::MAX) });
+    }
+    let mut total = u64::try_from(head.len()).map_err(|_| DecodeError::Overflow { field: "meta length" })?;
+    let mut chunk_sum: u64 = 0;
+    for (len, dtype) in chunk_lens.iter().zip(&dtypes) {
+        if len % dtype.size() != 0 {
+            return Err(DecodeError::LengthMismatch { field: "chunk length and dtype size" });
+        }
+        let padded = pad8(*len).ok_or(DecodeError::Overflow { field: "chunk padding" })?;
+        total = total.checked_add(padded).ok_or(DecodeError::Overflow { field: "chunk lengths" })?;
+        chunk_sum = chunk_sum.checked_add(*len).ok_or(DecodeError::Overflow { field: "chunk lengths" })?;
+    }
+    if u64::try_from(header.frame_len()?).ok() != Some(total) {
+        return Err(DecodeError::LengthMismatch { field: "body length and chunk lengths" });
+    }
+    check_key_lengths(&meta.lens, dtypes.is_empty(), chunk_sum)?;
+    let chunks = dtypes.into_iter().map(|dtype| Chunk { dtype, data: Bytes::new() }).collect();
+    Ok((message(&header, meta, chunks), chunk_lens))
 }
 
 /// Length of one shared-memory descriptor chunk (`Flags::SHM`).

@@ -190,6 +190,10 @@ impl Flags {
     pub const BROADCAST: Flags = Flags(0x200);
     /// Every bit this version understands.
     pub const KNOWN: Flags = Flags(0x3FF);
+    /// Local only, never on the wire (outside [`KNOWN`](Flags::KNOWN), so a frame carrying
+    /// it is refused): the transport wrote this reply's chunks straight into the request's
+    /// destinations (`transport/landing.rs`); its chunks carry their dtypes and no bytes.
+    pub const LANDED: Flags = Flags(0x8000);
 
     /// The raw bits.
     pub const fn bits(self) -> u16 {

@@ -150,7 +150,7 @@ mod message;
 mod tests;
 
 pub use code::ErrorCode;
-pub use decode::{check, parse};
+pub use decode::{check, parse, parse_head};
 pub use error::{DecodeError, EncodeError};
 pub use header::{Command, Flags, Header, HEADER_LEN, MAGIC, PROTOCOL_VERSION};
 pub use message::{Chunk, DTypeCode, Message, Meta};

@@ -98,9 +98,11 @@ impl Connection {
 mod tests {
     use super::*;
     use crate::ps::proto::Header;
-    use crate::ps::proto::{Chunk, Command, DTypeCode};
+    use crate::ps::proto::{Chunk, Command, DTypeCode, Flags};
+    use crate::ps::transport::{Ingress, Landing, Target};
     use crate::ps::Error;
     use bytes::{Bytes, BytesMut};
+    use std::sync::Arc;
     use tokio::io::AsyncWriteExt;
 
     fn big_message(n: usize) -> Message {
@@ -110,6 +112,86 @@ mod tests {
         m.chunks.push(Chunk { dtype: DTypeCode::F32, data: Bytes::from(vec![7u8; n * 4]) });
         m.chunks.push(Chunk::bytes(Bytes::from_static(b"abc")));
         m
+    }
+
+    /// A reply to request `id` with one f32 chunk per length, element `e` of chunk `c` being
+    /// `c * 1000 + e`.
+    fn reply(id: u64, lens: &[usize]) -> Message {
+        let mut m = Message::new(Command::Reply).with_request_id(id);
+        for (c, &n) in lens.iter().enumerate() {
+            let values: Vec<f32> = (0..n).map(|e| (c * 1000 + e) as f32).collect();
+            m.meta.push_key(c as u64, (n * 4) as u64, 0);
+            m.chunks.push(Chunk { dtype: DTypeCode::F32, data: Bytes::copy_from_slice(bytemuck::cast_slice(&values)) });
+        }
+        m
+    }
+
+    fn landing(lens: &[usize]) -> Arc<Landing> {
+        Arc::new(Landing::new(lens.iter().map(|&n| (DTypeCode::F32, Box::new(vec![0u8; n * 4]) as Box<dyn Target>)).collect()))
+    }
+
+    fn landed_bytes(l: &Landing) -> Vec<Vec<u8>> {
+        l.targets().as_ref().expect("targets given back").iter().map(|t| t.bytes().to_vec()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_reply_lands_straight_in_its_targets_and_anything_else_is_read_as_usual() {
+        // A 1 KiB pipe: the head, each chunk and its padding arrive in many pieces; the odd
+        // lengths need padding.
+        let (a, b) = tokio::io::duplex(1024);
+        let mut tx = Connection::new(a, "a", Limits::default());
+        let (mut rx, _w) = Connection::new(b, "b", Limits::default()).into_split();
+        let lens = [30_001, 9_999];
+        let (lands, other, small) = (landing(&lens), landing(&[30_001, 10_000]), landing(&[100]));
+        let sent = vec![
+            reply(7, &lens),
+            Message::new(Command::Heartbeat),
+            reply(8, &lens),  // registered with other lengths: read as usual
+            reply(9, &[100]), // too small to land
+            reply(10, &lens), // nothing registered
+        ];
+        let expect = sent.clone();
+        let writer = tokio::spawn(async move {
+            for m in &sent {
+                tx.write_message(m).await.unwrap();
+            }
+        });
+        let (l7, l8, l9) = (Arc::clone(&lands), Arc::clone(&other), Arc::clone(&small));
+        let lookup = move |id: u64| match id {
+            7 => Some(Arc::clone(&l7)),
+            8 => Some(Arc::clone(&l8)),
+            9 => Some(Arc::clone(&l9)),
+            _ => None,
+        };
+        let ingress = Ingress::new(1 << 20);
+        let (first, _) = rx.read_landing(&ingress, &lookup).await.unwrap().unwrap();
+        assert!(first.flags.contains(Flags::LANDED));
+        assert_eq!(first.meta, expect[0].meta);
+        assert!(first.chunks.iter().all(|c| c.data.is_empty() && c.dtype == DTypeCode::F32));
+        let want: Vec<Vec<u8>> = expect[0].chunks.iter().map(|c| c.data.to_vec()).collect();
+        assert_eq!(landed_bytes(&lands), want, "each chunk in its own target");
+        for m in &expect[1..] {
+            let (got, _) = rx.read_landing(&ingress, &lookup).await.unwrap().unwrap();
+            assert_eq!(&got, m, "read the usual way");
+        }
+        assert!(landed_bytes(&other).iter().chain(&landed_bytes(&small)).all(|t| t.iter().all(|b| *b == 0)), "untouched");
+        writer.await.unwrap();
+        assert!(rx.read_landing(&ingress, &lookup).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_landing_reply_with_bad_padding_is_refused() {
+        let (mut a, b) = tokio::io::duplex(1 << 20);
+        let (mut rx, _w) = Connection::new(b, "b", Limits::default()).into_split();
+        let mut frame = reply(7, &[30_001]).encode_to_bytes(&Limits::default()).unwrap().to_vec();
+        *frame.last_mut().unwrap() = 1;
+        a.write_all(&frame).await.unwrap();
+        let lands = landing(&[30_001]);
+        let l = Arc::clone(&lands);
+        let lookup = move |_: u64| Some(Arc::clone(&l));
+        let e = rx.read_landing(&Ingress::new(1 << 20), &lookup).await.unwrap_err();
+        assert!(matches!(e, Error::Protocol { .. }), "{e}");
+        assert!(lands.targets().is_some(), "the targets went back to the landing");
     }
 
     #[tokio::test]

@@ -28,6 +28,7 @@
 mod accept;
 mod connection;
 mod gate;
+pub mod landing;
 mod mem;
 mod reader;
 mod seal;
@@ -41,8 +42,9 @@ use std::future::Future;
 pub use accept::accept_loop;
 pub use connection::Connection;
 pub use gate::{Gate, Pending, HANDSHAKE_DEADLINE, PENDING_PER_PEER, PENDING_TOTAL};
+pub use landing::{Landing, Target, LAND_MIN};
 pub use mem::{MemListener, MemTransport};
-pub use reader::{Admission, FrameReader, Ingress};
+pub use reader::{Admission, FrameReader, Ingress, Landings};
 pub use seal::{Seal, TRAILER_LEN};
 pub use tcp::{TcpFrameListener, TcpTransport, DEFAULT_SOCKET_BUFFER};
 pub use writer::{drain, Drained, FrameWriter, Outbox, OutboxError, OutboxRx, ShmOut};

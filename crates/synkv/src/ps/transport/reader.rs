@@ -22,13 +22,14 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::landing::{padded, Landing, Target, LAND_MIN};
 use super::seal::{FrameDigest, Seal, HASH_STEP, TRAILER_LEN};
 use super::shm::{Descriptor, Incoming, ShmError};
-use crate::ps::proto::{check, parse, DecodeError, Flags, Header, Limits, Message, HEADER_LEN};
+use crate::ps::proto::{check, parse, parse_head, Command, DecodeError, Flags, Header, Limits, Message, HEADER_LEN};
 use crate::ps::{AuthError, Error, Result};
 
 /// Bytes a read may take beyond the end of the current frame (the start of the next one).
@@ -125,6 +126,9 @@ impl Ingress {
     }
 }
 
+/// Finds the landing registered for a reply's request id (`landing.rs`).
+pub type Landings<'a> = &'a (dyn Fn(u64) -> Option<Arc<Landing>> + Sync);
+
 /// A frame's share of an [`Ingress`] budget: returned when dropped.
 #[derive(Debug, Default)]
 pub struct Admission(#[allow(dead_code)] Option<OwnedSemaphorePermit>); // held, not read: dropping it returns the bytes
@@ -149,6 +153,8 @@ pub struct FrameReader {
     /// The peer's broadcast segment and this receiver's bit in it: frames flagged
     /// `SHM | BROADCAST` are read from it.
     broadcast: Option<(Arc<Incoming>, u32)>,
+    /// The frame at the head of the buffer was looked at for landing and is read the usual way.
+    declined: bool,
 }
 
 impl fmt::Debug for FrameReader {
@@ -170,6 +176,7 @@ impl FrameReader {
             digest: FrameDigest::default(),
             shm: None,
             broadcast: None,
+            declined: false,
         }
     }
 
@@ -245,8 +252,26 @@ impl FrameReader {
         self.read(Some(ingress)).await
     }
 
+    /// Like [`read_admitted`](FrameReader::read_admitted), but a reply for which `landings`
+    /// finds a [`Landing`] has its chunks read straight into the landing's targets (see
+    /// `landing.rs`); such a message is flagged [`Flags::LANDED`]. Not cancel-safe while a
+    /// reply lands: a cancelled read leaves the reader in the middle of a frame (the caller
+    /// drops it).
+    pub async fn read_landing(&mut self, ingress: &Ingress, landings: Landings<'_>) -> Result<Option<(Message, Admission)>> {
+        self.read_with(Some(ingress), Some(landings)).await
+    }
+
     async fn read(&mut self, ingress: Option<&Ingress>) -> Result<Option<(Message, Admission)>> {
+        self.read_with(ingress, None).await
+    }
+
+    async fn read_with(&mut self, ingress: Option<&Ingress>, landings: Option<Landings<'_>>) -> Result<Option<(Message, Admission)>> {
         loop {
+            if let Some(landings) = landings {
+                if let Some(msg) = self.try_land(ingress, landings).await? {
+                    return Ok(Some((msg, self.admitted.take().unwrap_or_default())));
+                }
+            }
             if let Some(msg) = self.parse_buffered(ingress)? {
                 return Ok(Some((msg, self.admitted.take().unwrap_or_default())));
             }
@@ -320,6 +345,7 @@ impl FrameReader {
             }
         };
         let total = len + self.trailer_len();
+        self.declined = false;
         let frame = self.buffer.split_to(total).freeze().slice(..len);
         if let Some(ingress) = ingress.filter(|_| len >= RECYCLE_MIN) {
             // Let go of the allocation's tail (copying the few bytes of the next frame read so
@@ -332,6 +358,127 @@ impl FrameReader {
             return self.read_shm(msg).map(Some);
         }
         Ok(Some(msg))
+    }
+
+    /// Lands the frame at the head of the buffer if it is a reply whose request registered a
+    /// [`Landing`] and whose chunks are the expected ones: its head is parsed from the buffer,
+    /// each chunk read from the socket straight into its target, and its padding and trailer
+    /// checked. `Ok(None)`: not such a frame (it is then read the usual way).
+    async fn try_land(&mut self, ingress: Option<&Ingress>, landings: Landings<'_>) -> Result<Option<Message>> {
+        if self.declined || self.buffer.len() < HEADER_LEN || self.digest.hashed != 0 || self.admitted.is_some() {
+            return Ok(None);
+        }
+        let peer = Arc::clone(&self.peer);
+        let protocol = |e| Error::protocol(peer.to_string(), e);
+        let header = Header::decode(&self.buffer, &self.limits).map_err(protocol)?;
+        let body = header.frame_len().map_err(protocol)? - HEADER_LEN;
+        // Whatever happens below, this frame is looked at once.
+        self.declined = true;
+        if header.command != Command::Reply || header.flags.contains(Flags::SHM) || body < LAND_MIN {
+            return Ok(None);
+        }
+        let Some(landing) = landings(header.request_id) else { return Ok(None) };
+        let Some((targets, head_len)) = landing.claim(body) else { return Ok(None) };
+        // The targets go back to the landing however this ends (the receiver may still need
+        // them: to copy a landed value into more outputs, or to write one that did not land).
+        let mut claimed = Claimed { landing: Arc::clone(&landing), targets: Some(targets) };
+        let sealed = self.seal.is_some();
+        let tail = self.trailer_len() + 8 * claimed.targets().len();
+        if let Some(ingress) = ingress {
+            self.admitted = Some(ingress.admit(head_len + tail).await?);
+        }
+        self.fill_to(head_len).await?;
+        let (mut msg, lens) = parse_head(&self.buffer[..head_len], &self.limits).map_err(protocol)?;
+        let dtypes: Vec<_> = msg.chunks.iter().map(|c| c.dtype).collect();
+        if !landing.fits(claimed.targets(), &lens, &dtypes) {
+            // Another layout than expected: read it the usual way (and admit it whole).
+            self.admitted = None;
+            return Ok(None);
+        }
+        if sealed {
+            self.digest.update(&self.buffer[..head_len]);
+        }
+        self.buffer.advance(head_len);
+        let count = claimed.targets().len();
+        for i in 0..count {
+            let Some(target) = claimed.targets.as_mut().and_then(|t| t.get_mut(i)) else { break };
+            let dst = target.bytes_mut();
+            let len = dst.len();
+            // Bytes of the chunk that came with the head (read ahead) are copied.
+            let early = len.min(self.buffer.len());
+            dst[..early].copy_from_slice(&self.buffer[..early]);
+            self.buffer.advance(early);
+            if sealed {
+                self.digest.update(&dst[..early]);
+            }
+            let mut pos = early;
+            while pos < len {
+                let end = if sealed { (pos + HASH_STEP).min(len) } else { len };
+                let n = self.read_some(&mut dst[pos..end]).await?;
+                if sealed {
+                    // Hashed while still in cache.
+                    self.digest.update(&dst[pos..pos + n]);
+                }
+                pos += n;
+            }
+            let pad = padded(len) - len;
+            self.fill_to(pad).await?;
+            if self.buffer[..pad].iter().any(|b| *b != 0) {
+                return Err(protocol(DecodeError::InvalidField { field: "chunk padding", value: 0 }));
+            }
+            if sealed {
+                self.digest.update(&self.buffer[..pad]);
+            }
+            self.buffer.advance(pad);
+        }
+        if sealed {
+            self.fill_to(TRAILER_LEN).await?;
+            let digest = self.digest.finish();
+            let opened = self.seal.as_ref().is_some_and(|seal| seal.open(&self.buffer[..TRAILER_LEN], &digest));
+            if !opened {
+                return Err(AuthError::Integrity { peer: self.peer.to_string() }.into());
+            }
+            self.buffer.advance(TRAILER_LEN);
+        }
+        self.declined = false;
+        let landed: usize = claimed.targets().iter().map(|t| t.bytes().len()).sum();
+        crate::ps::metrics::METRICS.transport.landed_bytes.add(u64::try_from(landed).unwrap_or(u64::MAX));
+        msg.flags = msg.flags.with(Flags::LANDED);
+        Ok(Some(msg))
+    }
+
+    /// Reads until at least `n` bytes are buffered (a frame's head, padding or trailer: never
+    /// more than `n` in total, so nothing past them is read into the buffer).
+    async fn fill_to(&mut self, n: usize) -> Result<()> {
+        while self.buffer.len() < n {
+            let want = n - self.buffer.len();
+            self.buffer.reserve(want);
+            let mut io = (&mut self.io).take(u64::try_from(want).unwrap_or(u64::MAX));
+            let read = match self.stall {
+                None => io.read_buf(&mut self.buffer).await?,
+                Some(t) => tokio::time::timeout(t, io.read_buf(&mut self.buffer)).await.map_err(|_| self.stalled(t))??,
+            };
+            if read == 0 {
+                return Err(Error::EofMidFrame { peer: self.peer.to_string(), buffered: self.buffer.len() });
+            }
+        }
+        Ok(())
+    }
+
+    /// One read from the socket into `dst` (a landing chunk), bounded by the stall timeout.
+    async fn read_some(&mut self, dst: &mut [u8]) -> Result<usize> {
+        let n = match self.stall {
+            None => self.io.read(dst).await?,
+            Some(t) => tokio::time::timeout(t, self.io.read(dst)).await.map_err(|_| self.stalled(t))??,
+        };
+        if n == 0 {
+            return Err(Error::EofMidFrame { peer: self.peer.to_string(), buffered: self.buffer.len() });
+        }
+        Ok(n)
+    }
+
+    fn stalled(&self, t: Duration) -> Error {
+        Error::timeout(format!("{} to send the rest of a frame", self.peer), t)
     }
 
     /// Replaces a `SHM` frame's descriptors by the bytes they name, in place.
@@ -403,5 +550,25 @@ impl FrameReader {
         }
         let step = need.saturating_add(LOOKAHEAD).min(have.max(LOOKAHEAD));
         self.buffer.reserve(step);
+    }
+}
+
+/// A landing's targets while a reader writes into them; given back when dropped.
+struct Claimed {
+    landing: Arc<Landing>,
+    targets: Option<Vec<Box<dyn Target>>>,
+}
+
+impl Claimed {
+    fn targets(&self) -> &[Box<dyn Target>] {
+        self.targets.as_deref().unwrap_or(&[])
+    }
+}
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        if let Some(targets) = self.targets.take() {
+            self.landing.give_back(targets);
+        }
     }
 }

@@ -35,7 +35,7 @@ use tokio_util::task::TaskTracker;
 use crate::ps::node::{Node, NodeId, Role};
 use crate::ps::proto::{Command, Flags, Message};
 use crate::ps::topology::Topology;
-use crate::ps::transport::{drain, share, Admission, Drained, FrameReader, Ingress, Outbox, Transport};
+use crate::ps::transport::{drain, share, Admission, Drained, FrameReader, Ingress, Landing, Outbox, Transport};
 use crate::ps::{auth, Config, Error, Result};
 
 type Reply = oneshot::Sender<Result<(Message, Admission)>>;
@@ -72,6 +72,8 @@ struct Waiting {
     reply: Reply,
     /// With replicas: the message, to send again after a failover.
     resend: Option<Message>,
+    /// Where the reply's chunks go, read straight from the socket (`transport/landing.rs`).
+    landing: Option<Arc<Landing>>,
 }
 
 struct Pending {
@@ -292,7 +294,14 @@ impl Client {
     /// Sends `msg` about partition `server` (the slicer's server rank) as a request to the
     /// server holding that partition, and returns its waiter. Fails at once if the cluster
     /// or that server is already lost.
-    pub fn start(&self, server: u32, mut msg: Message) -> Result<Waiter> {
+    pub fn start(&self, server: u32, msg: Message) -> Result<Waiter> {
+        self.start_landing(server, msg, None)
+    }
+
+    /// [`start`](Client::start), with the destinations of the reply's chunks: the reader
+    /// writes them there as they arrive when the reply is the expected one (its message is
+    /// then flagged [`Flags::LANDED`]); otherwise the receiver finds the targets in `landing`.
+    pub fn start_landing(&self, server: u32, mut msg: Message, landing: Option<Arc<Landing>>) -> Result<Waiter> {
         let inner = &self.inner;
         let partition = u16::try_from(server)
             .ok()
@@ -312,7 +321,7 @@ impl Client {
             }
             let resend = inner.replicas.then(|| msg.clone());
             let parked = p.broken.contains_key(&conn);
-            p.waiting.insert(id, Waiting { partition: server, conn, reply: tx, resend });
+            p.waiting.insert(id, Waiting { partition: server, conn, reply: tx, resend, landing });
             if parked {
                 // Sent after the scheduler's verdict on the broken connection.
                 return Ok(Waiter { rx, server, client: self.clone() });
@@ -400,9 +409,11 @@ impl Waiter {
 
 async fn read_loop(mut reader: FrameReader, inner: Arc<Inner>, server: u32, link: CancellationToken) {
     let _writer = link.drop_guard();
+    // Only a request sent on this connection lands its reply from it.
+    let landings = |id: u64| inner.lock().waiting.get(&id).filter(|w| w.conn == server).and_then(|w| w.landing.clone());
     let reason = loop {
         let read = tokio::select! {
-            r = reader.read_admitted(&inner.ingress) => r,
+            r = reader.read_landing(&inner.ingress, &landings) => r,
             () = inner.stop.cancelled() => return,
         };
         match read {

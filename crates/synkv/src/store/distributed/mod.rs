@@ -36,6 +36,7 @@ mod checkpoint;
 mod hosted;
 mod init;
 mod keys;
+mod landing;
 mod ops;
 mod reply;
 mod spans;

@@ -25,6 +25,7 @@ use smallvec::SmallVec;
 
 use super::build::{build, Budget, Lease};
 use super::keys::KeyInfo;
+use super::landing;
 use super::reply::{prepare_row_outputs, refusal, write_back};
 use super::spans::{self, Sent};
 use crate::compression::GradientCompression;
@@ -200,6 +201,8 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
             Ok(built) => built,
             Err(e) => return done.fail(Box::new(e)),
         };
+        // Answers read from the socket straight into the outputs, where they can be.
+        let mut landings = landing::landings(kind, &items, &msgs, &places);
         if let Some(started) = building {
             spans::partitioned(rec, kind, &items, started);
         }
@@ -218,7 +221,7 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
             let mut traced_sent = Vec::new();
             for (m, (server, msg)) in msgs.into_iter().enumerate() {
                 let lens = if traced { msg.meta.lens.clone() } else { Vec::new() };
-                match client.start(server, msg) {
+                match client.start_landing(server, msg, landings.get(m).cloned().flatten()) {
                     Ok(w) => {
                         waiters.push(w);
                         sent.push(m);
@@ -239,7 +242,11 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
                 let mut pushed: SmallVec<[u64; 8]> = SmallVec::new();
                 let outcome = reply.map_err(|e| refusal(e, op, items.iter().map(|it| (it.info.ps, it.info.key.clone())))).and_then(
                     |(reply, _admission)| {
-                        metrics.pull_bytes.add(reply.chunks.iter().map(|c| c.data.len() as u64).sum());
+                        metrics.pull_bytes.add(if reply.flags.contains(crate::ps::proto::Flags::LANDED) {
+                            reply.meta.lens.iter().sum()
+                        } else {
+                            reply.chunks.iter().map(|c| c.data.len() as u64).sum()
+                        });
                         if matches!(kind, Kind::Push | Kind::PushPull) {
                             // The server counted these parts: their next push is the next round.
                             for &(i, part, _) in place {
@@ -249,7 +256,9 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
                                 }
                             }
                         }
-                        write_back(kind, &items, std::slice::from_ref(place), std::slice::from_ref(&reply)).map_err(crate::Error::from)
+                        let landing = landings.get(sent[j]).and_then(Option::as_deref);
+                        write_back(kind, &items, std::slice::from_ref(place), std::slice::from_ref(&reply), &[landing])
+                            .map_err(crate::Error::from)
                     },
                 );
                 if let Some(s) = traced_sent.get(j) {
@@ -260,6 +269,8 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
                 }
             })
             .await;
+            // The outputs' loans end here, before the operation completes.
+            landings.clear();
             metrics.in_flight.add(-1);
             metrics.latency[kind.metric()].observe(started.elapsed());
             match first_error {

@@ -5,16 +5,31 @@ use super::build::Places;
 use super::ops::{Item, Kind};
 use crate::ndarray::{Buffer, RowSparse, Storage};
 use crate::ps::codec::{self, chunk_len};
-use crate::ps::proto::{Command, ErrorCode, Message};
+use crate::ps::proto::{Chunk, Command, ErrorCode, Flags, Message};
+use crate::ps::transport::Landing;
 use crate::ps::Error as DistError;
 use crate::store::Error as StoreError;
 
-/// Writes pulled values into the outputs.
-pub(crate) fn write_back(kind: Kind, items: &[Item], places: &[Places], replies: &[Message]) -> Result<(), DistError> {
+/// Writes pulled values into the outputs. With a landing (`landing.rs`), each part's first
+/// output is written through its target: already written when the reply landed, copied into
+/// it otherwise; further outputs get a copy.
+pub(crate) fn write_back(
+    kind: Kind,
+    items: &[Item],
+    places: &[Places],
+    replies: &[Message],
+    landings: &[Option<&Landing>],
+) -> Result<(), DistError> {
     if kind == Kind::Push {
         return Ok(());
     }
-    for (place, reply) in places.iter().zip(replies) {
+    for (m, (place, reply)) in places.iter().zip(replies).enumerate() {
+        let landing = landings.get(m).copied().flatten();
+        let mut targets = landing.map(Landing::targets);
+        if reply.flags.contains(Flags::LANDED) && targets.as_ref().is_none_or(|t| t.is_none()) {
+            let detail = "an answer landed without its destinations".to_owned();
+            return Err(DistError::Unexpected { peer: format!("node {}", reply.sender), command: Command::Reply, detail });
+        }
         let per_key = if kind == Kind::RowSparsePull { 2 } else { 1 };
         if reply.meta.keys.len() != place.len() || reply.chunks.len() != place.len() * per_key {
             let detail = format!("{} keys and {} chunks for a request of {} keys", reply.meta.keys.len(), reply.chunks.len(), place.len());
@@ -47,10 +62,29 @@ pub(crate) fn write_back(kind: Kind, items: &[Item], places: &[Places], replies:
                     }
                 }
             } else {
-                for out in &item.outs {
+                let mut outs = &item.outs[..];
+                let mut landed = None;
+                if let Some(Some(targets)) = targets.as_deref_mut() {
+                    // The first output is loaned: written only through its target.
+                    let Some(target) = targets.get_mut(j) else { continue };
+                    let dst = target.bytes_mut();
+                    if !reply.flags.contains(Flags::LANDED) {
+                        let src = &reply.chunks[j].data;
+                        if src.len() != dst.len() || reply.chunks[j].dtype != codec::dtype_code(item.info.dtype) {
+                            return Err(fail(codec::CodecError::Length { expected: dst.len(), got: src.len() }));
+                        }
+                        crate::kernels::copy_element_bytes(dst, src);
+                    }
+                    outs = outs.get(1..).unwrap_or(&[]);
+                    if !outs.is_empty() {
+                        landed = Some(Chunk { dtype: reply.chunks[j].dtype, data: bytes::Bytes::copy_from_slice(dst) });
+                    }
+                }
+                let chunk = landed.as_ref().unwrap_or(&reply.chunks[j]);
+                for out in outs {
                     let mut st = out.storage_mut();
                     if let Some(d) = st.dense_mut() {
-                        codec::copy_chunk_into(d, slice.offset * unit, slice.len * unit, &reply.chunks[j]).map_err(fail)?;
+                        codec::copy_chunk_into(d, slice.offset * unit, slice.len * unit, chunk).map_err(fail)?;
                     }
                 }
             }
