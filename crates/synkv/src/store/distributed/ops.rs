@@ -242,11 +242,9 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
                 let mut pushed: SmallVec<[u64; 8]> = SmallVec::new();
                 let outcome = reply.map_err(|e| refusal(e, op, items.iter().map(|it| (it.info.ps, it.info.key.clone())))).and_then(
                     |(reply, _admission)| {
-                        metrics.pull_bytes.add(if reply.flags.contains(crate::ps::proto::Flags::LANDED) {
-                            reply.meta.lens.iter().sum()
-                        } else {
-                            reply.chunks.iter().map(|c| c.data.len() as u64).sum()
-                        });
+                        // The key lengths add up to the chunks' bytes (checked on decoding), also
+                        // for an answer that landed, whose chunks carry no bytes.
+                        metrics.pull_bytes.add(reply.meta.lens.iter().sum());
                         if matches!(kind, Kind::Push | Kind::PushPull) {
                             // The server counted these parts: their next push is the next round.
                             for &(i, part, _) in place {

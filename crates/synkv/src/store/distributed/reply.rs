@@ -76,7 +76,8 @@ pub(crate) fn write_back(
                         crate::kernels::copy_element_bytes(dst, src);
                     }
                     outs = outs.get(1..).unwrap_or(&[]);
-                    if !outs.is_empty() {
+                    if !outs.is_empty() && reply.flags.contains(Flags::LANDED) {
+                        // The answer is only in the first output: the others copy it from there.
                         landed = Some(Chunk { dtype: reply.chunks[j].dtype, data: bytes::Bytes::copy_from_slice(dst) });
                     }
                 }
