@@ -7,6 +7,11 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# Incremental compilation only helps rebuilds and doubles the debug target folder: a CI machine
+# once ran out of disk here. A developer may set CARGO_INCREMENTAL=1.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+echo "== disk: $(df -h --output=avail . | tail -1 | tr -d ' ') free here"
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 
@@ -46,3 +51,5 @@ bash scripts/test-python.sh
 
 echo "== perl (prove)"
 bash scripts/test-perl.sh
+
+echo "== done; the target folder holds $(du -sh target 2>/dev/null | cut -f1)"
