@@ -93,4 +93,4 @@ pub use params::{AdaDelta, AdaGrad, Adam, AdamW, Ftrl, Lamb, Nag, RmsProp, Sgd, 
 pub use scheduler::{LrScheduler, Schedule, Warmup, WarmupMode};
 pub use state::{OptimizerState, MASTER_SLOT};
 pub use tensor::{ElemType, GradRef, WeightMut};
-pub use updater::Updater;
+pub use updater::{LentUpdate, Updater};

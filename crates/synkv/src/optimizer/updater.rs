@@ -25,7 +25,7 @@ use super::format;
 use super::kernel::{Hyper, Lane, Real, Target};
 use super::sparse::{densify, GradLayout};
 use super::state::{Layout, OptimizerState};
-use super::{GradRef, WeightMut};
+use super::{ElemType, GradRef, WeightMut};
 
 /// Runs an optimizer on (key, weight, gradient) triples and keeps the per-key state.
 #[derive(Debug)]
@@ -148,18 +148,26 @@ impl Updater {
     }
 
     fn step(&mut self, param: &str, key: &str, weight: WeightMut<'_>, grad: GradIn<'_>) -> Result<()> {
+        let h = self.prepare(param, key, weight.elem_type(), weight.len(), || weight.to_f32_vec())?;
+        let state = self.states.get_mut(key).ok_or_else(|| Error::StateMismatch { key: key.to_owned(), reason: "it is lent out (Updater::lend) and was not given back".to_owned() })?;
+        run(&self.opt, &h, weight, grad, state);
+        Ok(())
+    }
+
+    /// Steps 2 to 4 of an update of `key`, whose weight has `len` elements of type `elem`
+    /// (see the module docs): its state exists and fits (`master`: the weight widened to f32,
+    /// asked for a new multi-precision state), its count and `num_update` are advanced;
+    /// returns the hyper-parameters of this update.
+    fn prepare(&mut self, param: &str, key: &str, elem: ElemType, len: usize, master: impl FnOnce() -> Vec<f32>) -> Result<Hyper> {
         let common = self.opt.common();
-        let layout = Layout::new(self.opt.state_slots(), weight.elem_type(), weight.len(), common.multi_precision);
-        let state = match self.states.get_mut(key) {
-            Some(state) => {
-                state.check(key, &layout)?;
-                state
-            }
+        let layout = Layout::new(self.opt.state_slots(), elem, len, common.multi_precision);
+        match self.states.get_mut(key) {
+            Some(state) => state.check(key, &layout)?,
             None => {
-                let master = layout.master.then(|| weight.to_f32_vec());
-                self.states.entry(key.to_owned()).or_insert_with(|| OptimizerState::new(&layout, master))
+                let master = layout.master.then(master);
+                self.states.insert(key.to_owned(), OptimizerState::new(&layout, master));
             }
-        };
+        }
 
         let count = match self.counts.get_mut(key) {
             Some(c) => {
@@ -179,35 +187,33 @@ impl Updater {
             Some(s) => s.learning_rate(base, self.num_update),
             None => base,
         };
-        let h = Hyper {
+        Ok(Hyper {
             lr: lr * common.lr_mult.get(param).copied().unwrap_or(1.0),
             wd: common.wd * common.wd_mult.get(param).copied().unwrap_or(1.0),
             t: count,
             rescale: common.rescale_grad,
             clip: common.clip_gradient,
-        };
+        })
+    }
 
-        let opt = &self.opt;
-        macro_rules! typed {
-            ($w:expr, $variant:ident) => {{
-                match grad {
-                    GradIn::Dense(GradRef::$variant(g)) => apply(opt, &h, $w, GradLayout::Dense(g), state),
-                    GradIn::Rows { row_len, rows, data: GradRef::$variant(data) } => {
-                        let lazy = lazy_update(opt);
-                        let layout = GradLayout::Rows { row_len, rows: &rows, data, lazy };
-                        apply(opt, &h, $w, layout, state)
-                    }
-                    _ => unreachable!("dtypes were checked before the update"),
-                }
-            }};
-        }
-        match weight {
-            WeightMut::F32(w) => typed!(w, F32),
-            WeightMut::F64(w) => typed!(w, F64),
-            WeightMut::F16(w) => typed!(w, F16),
-            WeightMut::BF16(w) => typed!(w, BF16),
-        }
-        Ok(())
+    /// Takes the dense update of a weight of `len` elements of type `elem` under `state_key`
+    /// out of the updater, to run on another thread beside other keys'
+    /// ([`LentUpdate::apply`]), then come back ([`Updater::give_back`]). Counts, `num_update`
+    /// and the learning rate advance here, in the order of the calls, exactly as
+    /// [`update_as`](Updater::update_as) calls in that order would advance them (`master`:
+    /// the weight widened to f32, asked for a new multi-precision state). Until given back,
+    /// the key's state is absent (saving states then leaves it out): give every lent update
+    /// back before anything else.
+    pub fn lend(&mut self, param: &str, state_key: &str, elem: ElemType, len: usize, master: impl FnOnce() -> Vec<f32>) -> Result<LentUpdate> {
+        self.ensure_valid()?;
+        let h = self.prepare(param, state_key, elem, len, master)?;
+        let state = self.states.remove(state_key).ok_or_else(|| Error::StateMismatch { key: state_key.to_owned(), reason: "it is lent out already".to_owned() })?;
+        Ok(LentUpdate { key: state_key.to_owned(), h, state })
+    }
+
+    /// Puts a lent update's state back (applied or not).
+    pub fn give_back(&mut self, lent: LentUpdate) {
+        self.states.insert(lent.key, lent.state);
     }
 
     /// Serialises counts, states and the optimizer description (format in `format.rs`).
@@ -296,6 +302,54 @@ impl Updater {
         let path = path.as_ref();
         let bytes = std::fs::read(path).map_err(|source| Error::Io { action: "read", path: path.to_owned(), source })?;
         self.load_states(&bytes)
+    }
+}
+
+/// One key's dense update taken out of an [`Updater`] ([`Updater::lend`]): its state and the
+/// hyper-parameters of this step, so that several keys' updates can run on several threads.
+#[derive(Debug)]
+pub struct LentUpdate {
+    key: String,
+    h: Hyper,
+    state: OptimizerState,
+}
+
+impl LentUpdate {
+    /// Runs the update (step 5 of the module docs) with the optimizer `opt` of the updater
+    /// that lent it.
+    pub fn apply(&mut self, opt: &Optimizer, weight: WeightMut<'_>, grad: GradRef<'_>) -> Result<()> {
+        check_dtype(&self.key, &weight, &grad)?;
+        if weight.len() != grad.len() {
+            return Err(Error::LengthMismatch { key: self.key.clone(), weight: weight.len(), grad: grad.len() });
+        }
+        let layout = Layout::new(opt.state_slots(), weight.elem_type(), weight.len(), opt.common().multi_precision);
+        self.state.check(&self.key, &layout)?;
+        run(opt, &self.h, weight, GradIn::Dense(grad), &mut self.state);
+        Ok(())
+    }
+}
+
+/// Step 5 of an update: the optimizer's kernel over weight, gradient and state (whose dtypes
+/// and lengths were checked).
+fn run(opt: &Optimizer, h: &Hyper, weight: WeightMut<'_>, grad: GradIn<'_>, state: &mut OptimizerState) {
+    macro_rules! typed {
+        ($w:expr, $variant:ident) => {{
+            match grad {
+                GradIn::Dense(GradRef::$variant(g)) => apply(opt, h, $w, GradLayout::Dense(g), state),
+                GradIn::Rows { row_len, rows, data: GradRef::$variant(data) } => {
+                    let lazy = lazy_update(opt);
+                    let layout = GradLayout::Rows { row_len, rows: &rows, data, lazy };
+                    apply(opt, h, $w, layout, state)
+                }
+                _ => unreachable!("dtypes were checked before the update"),
+            }
+        }};
+    }
+    match weight {
+        WeightMut::F32(w) => typed!(w, F32),
+        WeightMut::F64(w) => typed!(w, F64),
+        WeightMut::F16(w) => typed!(w, F16),
+        WeightMut::BF16(w) => typed!(w, BF16),
     }
 }
 

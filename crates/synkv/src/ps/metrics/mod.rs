@@ -152,6 +152,8 @@ pub(crate) struct ServerMetrics {
     pub(crate) update: Histogram,
     /// Time a sync round waited from its first push to its last.
     pub(crate) round_wait: Histogram,
+    /// Sync rounds whose updates ran beside others' on several threads (`partition/batch.rs`).
+    pub(crate) parallel_rounds: Counter,
     /// Key parts held (every partition, primaries and backups).
     pub(crate) keys: Gauge,
     /// Straggler warnings (`SYNKV_STRAGGLER_WARN_MS`) given.
@@ -224,6 +226,7 @@ pub(crate) static METRICS: Metrics = Metrics {
         requests: Counter::new(),
         update: Histogram::new(),
         round_wait: Histogram::new(),
+        parallel_rounds: Counter::new(),
         keys: Gauge::new(),
         stragglers: Counter::new(),
         queue_depth: Gauge::new(),
@@ -342,6 +345,13 @@ pub fn render() -> String {
         histogram(&mut out, "synkv_server_update_seconds", l, &s.update);
         family(&mut out, "synkv_server_round_wait_seconds", "histogram", "Time a sync round waited from its first push to its last.");
         histogram(&mut out, "synkv_server_round_wait_seconds", l, &s.round_wait);
+        counter(
+            &mut out,
+            "synkv_server_parallel_rounds_total",
+            "Sync rounds updated beside others on several threads (a request that completed many keys' rounds).",
+            l,
+            s.parallel_rounds.get(),
+        );
         gauge(&mut out, "synkv_server_keys", "Key parts held (primaries and backup copies).", l, s.keys.get());
         counter(&mut out, "synkv_server_stragglers_total", "Straggler warnings given (SYNKV_STRAGGLER_WARN_MS).", l, s.stragglers.get());
         gauge(&mut out, "synkv_server_queue_depth", "Events queued for the server's state machine.", l, s.queue_depth.get());

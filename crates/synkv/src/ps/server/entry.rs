@@ -26,7 +26,7 @@ use super::round::Round;
 use super::value::Value;
 use crate::compression::GradientCompression;
 use crate::ndarray::{sparse, Buffer, DType, RowSparse, Storage};
-use crate::optimizer::{GradRef, Updater, WeightMut};
+use crate::optimizer::{GradRef, LentUpdate, Optimizer, Updater, WeightMut};
 use crate::ps::checkpoint::EntryDesc;
 use crate::ps::codec::{self, chunk_len, chunk_to_buffer, dtype_of};
 use crate::ps::proto::{Chunk, DTypeCode, ErrorCode};
@@ -53,6 +53,13 @@ pub(super) enum Applied {
     Assign,
     /// The updater ran on the sum ([`Entry::sum_chunk`] is what to send).
     Update,
+}
+
+/// The optimizer a dense round's update runs: the partition's updater, or this entry's
+/// update lent out of it ([`Entry::lend`]) to run beside other entries' on other threads.
+pub(super) enum Upd<'a> {
+    Whole(&'a mut Updater),
+    Lent(&'a mut LentUpdate, &'a Optimizer),
 }
 
 /// One push of a dense entry, not summed yet: its values, or its packed words.
@@ -315,7 +322,7 @@ impl Entry {
         &mut self,
         held: Vec<Part>,
         accumulated: bool,
-        updater: Option<&mut Updater>,
+        updater: Option<Upd<'_>>,
         on_sum: Option<&mut dyn FnMut(Chunk)>,
         shared: Option<&Arc<Broadcast>>,
     ) -> Result<Applied, ServerError> {
@@ -367,7 +374,12 @@ impl Entry {
                 };
                 let (name, state_key) = (self.name.clone(), self.state_key.clone());
                 let result = match (weight_mut(self.value_mut(false, shared)), grad_ref(grad)) {
-                    (Ok(w), Ok(g)) => u.update_as(&name, &state_key, w, g).map(|()| Applied::Update).map_err(|e| optimizer_error(&name, e)),
+                    (Ok(w), Ok(g)) => match u {
+                        Upd::Whole(u) => u.update_as(&name, &state_key, w, g),
+                        Upd::Lent(lent, opt) => lent.apply(opt, w, g),
+                    }
+                    .map(|()| Applied::Update)
+                    .map_err(|e| optimizer_error(&name, e)),
                     (Err(e), _) | (_, Err(e)) => Err(e),
                 };
                 self.scratch = Some(acc);
@@ -376,6 +388,16 @@ impl Entry {
         };
         self.scratch = Some(Arc::new(acc));
         result
+    }
+
+    /// Takes this dense entry's next update out of `u` ([`Updater::lend`]), to run with
+    /// [`Upd::Lent`] beside other entries' updates.
+    pub(super) fn lend(&self, u: &mut Updater) -> Result<LentUpdate, ServerError> {
+        let elem = GradRef::of(&self.value).map(|g| g.elem_type()).ok_or_else(|| {
+            ServerError::new(ErrorCode::DTypeMismatch, format!("optimizers update float keys only, this one holds {}", self.value.dtype()))
+        })?;
+        let master = || self.value.cast(DType::F32).to_vec::<f32>();
+        u.lend(&self.name, &self.state_key, elem, self.value.len(), master).map_err(|e| optimizer_error(&self.name, e))
     }
 
     /// Applies a round of row_sparse pushes: the updater on their sum, or `value := sum`

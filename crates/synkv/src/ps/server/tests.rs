@@ -792,3 +792,65 @@ fn round_ids_tell_a_restarted_worker_where_its_predecessor_stopped() {
     h.replies();
     assert_eq!((ask(&mut h, 0), ask(&mut h, 1)), (0, 3));
 }
+
+/// The rounds one request completes run as a batch on several threads (`partition/batch.rs`):
+/// the values, optimizer states and counts are those of the updates run one after another
+/// (checked bit for bit against an [`Updater`](crate::optimizer::Updater) driven key by key),
+/// with a learning-rate schedule that depends on `num_update`, and pushpull answers carry the
+/// updated values.
+#[test]
+fn rounds_completed_together_update_in_parallel_exactly_as_one_by_one() {
+    use crate::optimizer::{Adam, GradRef, LrScheduler, Updater, WeightMut};
+    let (keys, len) = (24u64, 8192usize);
+    let adam = Optimizer::from(Adam::default()).with_learning_rate(0.05).with_lr_scheduler(LrScheduler::factor(1, 0.5)).with_wd(0.01);
+    let mut h = harness(2);
+    h.send(0, Message::server_command(ServerCmd::SetOptimizer.id(), adam.to_json().into()));
+    assert_eq!(h.replies()[0].command, Command::Reply);
+    let init: Vec<(u64, Vec<f32>)> = (0..keys).map(|k| (k, (0..len).map(|i| ((i as f32) * 0.001).sin() + k as f32).collect())).collect();
+    h.init(&init);
+    let mut reference = Updater::try_new(adam.clone()).unwrap();
+    let mut expected: Vec<Vec<f32>> = init.iter().map(|(_, v)| v.clone()).collect();
+    let before = crate::ps::metrics::METRICS.server.parallel_rounds.get();
+    for round in 0..3u64 {
+        let grad = |w: u64, k: u64| -> Vec<f32> { (0..len).map(|i| ((i as u64 * 7 + k * 13 + w * 5 + round) % 17) as f32 * 0.1 - 0.8).collect() };
+        let push = |w: u64| -> Vec<(u64, Vec<f32>)> { (0..keys).map(|k| (k, grad(w, k))).collect() };
+        h.send(0, data(Command::PushPull, Flags::NONE, &push(0)));
+        assert!(h.replies().is_empty(), "waits for worker 1");
+        h.send(1, data(Command::PushPull, Flags::NONE, &push(1)));
+        for (k, w) in expected.iter_mut().enumerate() {
+            let k = k as u64;
+            let sum: Vec<f32> = grad(0, k).iter().zip(grad(1, k)).map(|(a, b)| a + b).collect();
+            reference.update_as(&k.to_string(), &k.to_string(), WeightMut::F32(w), GradRef::F32(&sum)).unwrap();
+        }
+        let r = h.replies();
+        assert_eq!(r.len(), 2, "both pushpulls answered");
+        for reply in &r {
+            assert_eq!(reply.command, Command::Reply, "{}", reply.meta.text);
+            assert_eq!(values(reply), expected, "round {round}: the answers carry the values of the sequential updates");
+        }
+    }
+    for k in 0..keys {
+        assert_eq!(h.pull(k, len as u64), expected[k as usize]);
+    }
+    // The optimizer states (and counts) match the sequential updater's, byte for byte.
+    let mut loaded = Updater::try_new(adam).unwrap();
+    let mut after: Option<String> = None;
+    loop {
+        let body = serde_json::json!({ "after": after }).to_string();
+        h.send(0, Message::server_command(ServerCmd::GetOptimizerStates.id(), body.into()));
+        let page = h.replies().remove(0);
+        assert_eq!(page.command, Command::Reply, "{}", page.meta.text);
+        loaded.merge_states(&page.chunks[0].data, false).unwrap();
+        let cursor: serde_json::Value = serde_json::from_str(&page.meta.text).unwrap();
+        match cursor["next"].as_str() {
+            Some(k) => after = Some(k.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(loaded.state_count(), keys as usize);
+    assert!(loaded.save_states() == reference.save_states(), "states, counts and num_update differ from the sequential updater's");
+    if rayon::current_num_threads() >= 2 {
+        let ran = crate::ps::metrics::METRICS.server.parallel_rounds.get() - before;
+        assert!(ran >= 3 * keys, "every round of the 24 keys ran in a parallel batch ({ran})");
+    }
+}

@@ -29,12 +29,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+mod batch;
 mod replica;
 mod spans;
 
 use self::replica::{kind, Replication, RoundChange};
 use super::core::Settings;
-use super::entry::{Applied, Checked, Entry, EntryKey, Part};
+use super::entry::{Applied, Checked, Entry, EntryKey, Part, Upd};
 use super::error::ServerError;
 use super::round::{take_async, Contribution, Place, ReqId};
 use super::states::Pager;
@@ -43,6 +44,7 @@ use super::ServerCmd;
 use crate::optimizer::{Optimizer, Updater};
 use crate::ps::checkpoint::{write_shard, Shard, ShardHeader};
 use crate::ps::node::Rank;
+use crate::ndarray::RowSparse;
 use crate::ps::proto::{Chunk, Command, ErrorCode, Flags, Message};
 use crate::ps::trace::{Op, Span};
 use crate::ps::transport::share::BroadcastHub;
@@ -61,6 +63,22 @@ struct Pending {
     remaining: usize,
     failed: Option<ServerError>,
 }
+
+/// A sync round taken for completion (`take_round`): what it held, and who waits for it.
+struct Finished {
+    key: EntryKey,
+    round_id: u64,
+    held: Vec<Part>,
+    accumulated: bool,
+    rows: Vec<RowSparse>,
+    waiting: Vec<(ReqId, usize)>,
+    failed: Option<ServerError>,
+    /// Pushes that arrived for the next round meanwhile.
+    queued: Vec<Contribution>,
+}
+
+/// What a round's update did, for the backup copy (`None`: nothing to send).
+type RoundResult = Result<Option<RoundChange>, ServerError>;
 
 /// Whether a partition serves requests or keeps a backup copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,6 +111,9 @@ pub(super) struct Partition {
     pub(super) out: Vec<(u64, Message)>,
     /// Replication to the backup copy, when there is one (`replica.rs`).
     pub(super) repl: Replication,
+    /// Rounds completed by the request being handled whose updates wait to run together
+    /// (`batch.rs`); `None` outside a batch.
+    batch: Option<Vec<Finished>>,
 }
 
 type Outcome = Result<Option<Message>, ServerError>;
@@ -123,6 +144,7 @@ impl Partition {
             pager: Pager::default(),
             out: Vec::new(),
             repl: Replication::default(),
+            batch: None,
         }
     }
 
@@ -150,9 +172,11 @@ impl Partition {
     pub(super) fn workers_done(&mut self, done: &BTreeSet<Rank>) {
         self.done.clone_from(done);
         let open: Vec<EntryKey> = self.open.iter().copied().collect();
+        self.open_batch();
         for key in open {
             self.maybe_complete(key);
         }
+        self.run_batch();
         self.flush_replication();
     }
 
@@ -349,6 +373,9 @@ impl Partition {
         };
         self.pending.insert(req, pending);
         let rec = spans::recorder();
+        // The rounds this push completes update together (`batch.rs`); nothing below returns
+        // before `run_batch`.
+        self.open_batch();
         for (slot, (key, round, value)) in checked.into_iter().enumerate() {
             let Some(entry) = self.keys.get_mut(&key) else { continue };
             let traced = rec.map(|_| {
@@ -370,6 +397,7 @@ impl Partition {
                 rec.record(Span::new(Op::Push, t, end).key(&label, key.1).peer(worker).bytes(bytes).round(round));
             }
         }
+        self.run_batch();
         Ok(None)
     }
 
@@ -403,8 +431,10 @@ impl Partition {
             let updater = self.updater.as_mut();
             let shared = self.settings.shared.as_deref().and_then(BroadcastHub::existing);
             let applied = match value {
-                Checked::Dense(c) => entry.finish_dense(vec![Part::Raw(c)], false, updater, None, shared).map(drop),
-                Checked::Packed(gc, c) => entry.finish_dense(vec![Part::Packed(gc, c)], false, updater, None, shared).map(drop),
+                Checked::Dense(c) => entry.finish_dense(vec![Part::Raw(c)], false, updater.map(Upd::Whole), None, shared).map(drop),
+                Checked::Packed(gc, c) => {
+                    entry.finish_dense(vec![Part::Packed(gc, c)], false, updater.map(Upd::Whole), None, shared).map(drop)
+                }
                 Checked::Rows(ids, data) => {
                     let rows = entry.rows_of(ids, &data)?;
                     entry.finish_rows(vec![rows], updater, false).map(drop)
@@ -479,97 +509,134 @@ impl Partition {
     }
 
     /// Completes the entry's round (and the queued ones after it) while every worker that has
-    /// not finished has pushed. Returns whether a round completed.
+    /// not finished has pushed. Returns whether a round completed. While a batch is open
+    /// (`batch.rs`) a dense round's update waits in it, to run beside the others'.
     fn maybe_complete(&mut self, key: EntryKey) -> bool {
         let mut any = false;
-        loop {
-            let num_workers = self.num_workers();
-            let Some(entry) = self.keys.get_mut(&key) else { return any };
-            if !entry.round.complete(num_workers, &self.done) {
-                return any;
-            }
+        while let Some(mut f) = self.take_round(key) {
             any = true;
-            let round = &mut entry.round;
-            let held = std::mem::take(&mut round.held);
-            self.held = self.held.saturating_sub(std::mem::take(&mut round.held_bytes));
-            let accumulated = std::mem::take(&mut round.accumulated);
-            let rows = std::mem::take(&mut round.rows);
-            let waiting = std::mem::take(&mut round.waiting);
-            let failed = round.failed.take();
-            round.contributors.clear();
-            if let Some(started) = round.started.take() {
-                crate::ps::metrics::METRICS.server.round_wait.observe(started.elapsed());
-            }
-            let update_started = std::time::Instant::now();
-            let round_id = round.id;
-            round.id += 1;
-            let replicating = self.repl.active();
-            let rec = spans::recorder();
-            // When the sum was complete and the updater started (dense rounds, traced).
-            let mut summed_at = None;
-            let result = match failed {
-                Some(e) => Err(e),
-                None if entry.is_rows() => {
-                    let update = self.updater.is_some();
-                    entry.finish_rows(rows, self.updater.as_mut(), replicating).map(|sum| sum.map(|s| RoundChange::Rows(s, update)))
+            if self.batch.is_some() && self.batchable(&f) {
+                if let Some(batch) = self.batch.as_mut() {
+                    batch.push(f);
                 }
-                None => {
-                    // An update's sum is sent to the backup before the update runs, so the
-                    // transfer overlaps it; an assign sends the new value after.
-                    let (repl, id, page) = (&mut self.repl, entry.round.id, self.settings.page_bytes);
-                    let mut send_sum = |sum: Chunk| {
-                        if rec.is_some() {
-                            summed_at = Some(std::time::Instant::now());
-                        }
-                        if !replicating {
-                            return;
-                        }
-                        let big = sum.data.len() >= SEND_AT_ONCE;
-                        repl.add_round(key, id, RoundChange::Update(sum), page);
-                        if big {
-                            repl.flush();
-                        }
-                    };
-                    let on_sum: Option<&mut dyn FnMut(Chunk)> = if replicating || rec.is_some() { Some(&mut send_sum) } else { None };
-                    let shared = self.settings.shared.as_deref().and_then(BroadcastHub::existing);
-                    entry.finish_dense(held, accumulated, self.updater.as_mut(), on_sum, shared).map(|applied| match applied {
+                return true;
+            }
+            let result = self.run_round(&mut f);
+            self.settle(f, result);
+        }
+        any
+    }
+
+    /// The entry's round, taken for completion if every worker that has not finished pushed
+    /// to it: the entry moves on to the next round.
+    fn take_round(&mut self, key: EntryKey) -> Option<Finished> {
+        let num_workers = self.num_workers();
+        let entry = self.keys.get_mut(&key)?;
+        if !entry.round.complete(num_workers, &self.done) {
+            return None;
+        }
+        let round = &mut entry.round;
+        self.held = self.held.saturating_sub(std::mem::take(&mut round.held_bytes));
+        round.contributors.clear();
+        if let Some(started) = round.started.take() {
+            crate::ps::metrics::METRICS.server.round_wait.observe(started.elapsed());
+        }
+        let f = Finished {
+            key,
+            round_id: round.id,
+            held: std::mem::take(&mut round.held),
+            accumulated: std::mem::take(&mut round.accumulated),
+            rows: std::mem::take(&mut round.rows),
+            waiting: std::mem::take(&mut round.waiting),
+            failed: round.failed.take(),
+            queued: std::mem::take(&mut round.next),
+        };
+        round.id += 1;
+        self.open.remove(&key);
+        Some(f)
+    }
+
+    /// Runs a taken round's update on this thread: the sum, and the updater (or the assign).
+    fn run_round(&mut self, f: &mut Finished) -> RoundResult {
+        let key = f.key;
+        let Some(entry) = self.keys.get_mut(&key) else { return Ok(None) };
+        let update_started = std::time::Instant::now();
+        let replicating = self.repl.active();
+        let rec = spans::recorder();
+        // When the sum was complete and the updater started (dense rounds, traced).
+        let mut summed_at = None;
+        let result = match f.failed.take() {
+            Some(e) => Err(e),
+            None if entry.is_rows() => {
+                let update = self.updater.is_some();
+                let rows = std::mem::take(&mut f.rows);
+                entry.finish_rows(rows, self.updater.as_mut(), replicating).map(|sum| sum.map(|s| RoundChange::Rows(s, update)))
+            }
+            None => {
+                // An update's sum is sent to the backup before the update runs, so the
+                // transfer overlaps it; an assign sends the new value after.
+                let (repl, id, page) = (&mut self.repl, entry.round.id, self.settings.page_bytes);
+                let mut send_sum = |sum: Chunk| {
+                    if rec.is_some() {
+                        summed_at = Some(std::time::Instant::now());
+                    }
+                    if !replicating {
+                        return;
+                    }
+                    let big = sum.data.len() >= SEND_AT_ONCE;
+                    repl.add_round(key, id, RoundChange::Update(sum), page);
+                    if big {
+                        repl.flush();
+                    }
+                };
+                let on_sum: Option<&mut dyn FnMut(Chunk)> = if replicating || rec.is_some() { Some(&mut send_sum) } else { None };
+                let shared = self.settings.shared.as_deref().and_then(BroadcastHub::existing);
+                let held = std::mem::take(&mut f.held);
+                entry.finish_dense(held, f.accumulated, self.updater.as_mut().map(Upd::Whole), on_sum, shared).map(|applied| {
+                    match applied {
                         Applied::Assign if replicating => Some(RoundChange::Assign(entry.value_chunk())),
                         _ => None,
-                    })
-                }
-            }
-            .map_err(|e| e.at(key));
-            crate::ps::metrics::METRICS.server.update.observe(update_started.elapsed());
-            if let Some(rec) = rec {
-                let times = (update_started, summed_at, std::time::Instant::now());
-                let bytes = entry.byte_len();
-                spans::round(rec, (&entry.label, key.1), round_id, bytes, times, self.updater.is_some(), result.is_ok());
-            }
-            // The backup copy gets the round before anyone hears of it (replies wait for it).
-            let result = match result {
-                Ok(change) => {
-                    if let Some(change) = change {
-                        self.repl.add_round(key, entry.round.id, change, self.settings.page_bytes);
                     }
-                    Ok(())
+                })
+            }
+        }
+        .map_err(|e| e.at(key));
+        crate::ps::metrics::METRICS.server.update.observe(update_started.elapsed());
+        if let Some(rec) = rec {
+            let times = (update_started, summed_at, std::time::Instant::now());
+            let bytes = entry.byte_len();
+            spans::round(rec, (&entry.label, key.1), f.round_id, bytes, times, self.updater.is_some(), result.is_ok());
+        }
+        result
+    }
+
+    /// After a round's update: the backup copy gets the round before anyone hears of it
+    /// (replies wait for it), the waiting requests are answered, and the pushes that waited
+    /// for this round start the next one.
+    fn settle(&mut self, f: Finished, result: RoundResult) {
+        let key = f.key;
+        let Some(entry) = self.keys.get(&key) else { return };
+        let next_id = entry.round.id;
+        let result = match result {
+            Ok(change) => {
+                if let Some(change) = change {
+                    self.repl.add_round(key, next_id, change, self.settings.page_bytes);
                 }
-                Err(e) => Err(e),
+                Ok(())
+            }
+            Err(e) => Err(e),
+        };
+        let wants_value = f.waiting.iter().any(|(r, _)| self.pending.get(r).is_some_and(|p| p.pull_back));
+        let value = (wants_value && result.is_ok()).then(|| entry.value_chunk());
+        for (req, slot) in f.waiting {
+            let outcome = match (&result, &value) {
+                (Err(e), _) => Err(e.clone()),
+                (Ok(()), v) => Ok(v.clone()),
             };
-            let wants_value = waiting.iter().any(|(r, _)| self.pending.get(r).is_some_and(|p| p.pull_back));
-            let value = (wants_value && result.is_ok()).then(|| entry.value_chunk());
-            let queued = std::mem::take(&mut entry.round.next);
-            self.open.remove(&key);
-            for (req, slot) in waiting {
-                let outcome = match (&result, &value) {
-                    (Err(e), _) => Err(e.clone()),
-                    (Ok(()), v) => Ok(v.clone()),
-                };
-                self.key_done(req, slot, outcome);
-            }
-            // The pushes that waited for this round start the next one.
-            for c in queued {
-                self.contribute(key, c);
-            }
+            self.key_done(req, slot, outcome);
+        }
+        for c in f.queued {
+            self.contribute(key, c);
         }
     }
 

@@ -36,7 +36,7 @@ use crate::optimizer::Updater;
 use crate::ps::checkpoint::EntryDesc;
 use crate::ps::codec;
 use crate::ps::proto::{Chunk, Command, ErrorCode, Flags, Message};
-use crate::ps::server::entry::{Entry, EntryKey, Part};
+use crate::ps::server::entry::{Entry, EntryKey, Part, Upd};
 use crate::ps::server::error::ServerError;
 use crate::ps::transport::Outbox;
 
@@ -337,7 +337,7 @@ impl Partition {
                 "a" => entry.finish_dense(vec![Part::Raw(next()?)], false, None, None, None).map(drop)?,
                 "u" => {
                     let u = self.updater.as_mut().ok_or_else(|| bad("an update without an optimizer".into()))?;
-                    entry.finish_dense(vec![Part::Raw(next()?)], false, Some(u), None, None).map(drop)?;
+                    entry.finish_dense(vec![Part::Raw(next()?)], false, Some(Upd::Whole(u)), None, None).map(drop)?;
                 }
                 "ra" | "ru" => {
                     let ids = next()?;

@@ -1,0 +1,112 @@
+//! Rounds completed together, updated on several threads ("sharded by key").
+//!
+//! One request often completes many rounds at once: the last worker's push of a model's
+//! hundreds of keys, or a worker finishing. Their sums and optimizer steps are independent,
+//! so the partition collects them in a batch while it handles the request, then runs the
+//! updates on rayon's pool — each entry on one thread, so an entry's updates still never run
+//! concurrently (spec K8.12) — and settles them (replies, queued pushes) in order on its own
+//! thread. The optimizer's per-key counts and learning rates advance in the batch's order
+//! before the updates run ([`Updater::lend`]), exactly as one after another would advance
+//! them, so results are identical to the sequential path's (`tests.rs` compares them).
+//!
+//! Large arrays are already split across threads by the kernels; a batch matters for many
+//! small and medium keys, each too short to split. Rounds that replicate to a backup copy,
+//! traced rounds, row_sparse rounds and failed rounds run one by one as before, and so does
+//! a batch too small to be worth waking the pool.
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use super::{spans, Finished, Partition, RoundResult};
+use crate::optimizer::{LentUpdate, Optimizer, Updater};
+use crate::ps::server::entry::{Entry, Upd};
+use crate::ps::server::error::ServerError;
+use crate::ps::transport::share::BroadcastHub;
+use crate::ps::transport::shm::Broadcast;
+
+/// A batch whose entries hold fewer bytes in all runs on the partition's thread: waking the
+/// pool costs more than it saves.
+const PARALLEL_MIN_BYTES: u64 = 256 << 10;
+
+/// One round of a batch, with its entry taken out of the partition while the update runs.
+struct Job {
+    f: Finished,
+    entry: Entry,
+    lent: Option<Result<LentUpdate, ServerError>>,
+    result: RoundResult,
+}
+
+impl Job {
+    fn run(&mut self, opt: Option<&Optimizer>, shared: Option<&Arc<Broadcast>>) {
+        let started = std::time::Instant::now();
+        let key = self.f.key;
+        let upd = match (&mut self.lent, opt) {
+            (Some(Err(e)), _) => {
+                self.result = Err(e.clone().at(key));
+                return;
+            }
+            (Some(Ok(lent)), Some(opt)) => Some(Upd::Lent(lent, opt)),
+            _ => None,
+        };
+        let held = std::mem::take(&mut self.f.held);
+        // Not replicating (see `batchable`): an assign has nothing to send.
+        self.result = self.entry.finish_dense(held, self.f.accumulated, upd, None, shared).map(|_| None).map_err(|e| e.at(key));
+        crate::ps::metrics::METRICS.server.update.observe(started.elapsed());
+    }
+}
+
+impl Partition {
+    /// Opens a batch: dense rounds completed until [`Partition::run_batch`] wait in it.
+    pub(super) fn open_batch(&mut self) {
+        self.batch.get_or_insert_with(Vec::new);
+    }
+
+    /// Whether a taken round may wait in the batch (see the module docs).
+    pub(super) fn batchable(&self, f: &Finished) -> bool {
+        f.failed.is_none()
+            && f.rows.is_empty()
+            && !self.repl.active()
+            && spans::recorder().is_none()
+            && self.keys.get(&f.key).is_some_and(|e| !e.is_rows())
+    }
+
+    /// Closes the batch: runs its updates (on several threads when it is worth it), then
+    /// settles each round in the batch's order.
+    pub(super) fn run_batch(&mut self) {
+        let Some(batch) = self.batch.take() else { return };
+        let bytes: u64 = batch.iter().filter_map(|f| self.keys.get(&f.key)).map(Entry::byte_len).sum();
+        if batch.len() < 2 || bytes < PARALLEL_MIN_BYTES || rayon::current_num_threads() < 2 {
+            for mut f in batch {
+                let result = self.run_round(&mut f);
+                self.settle(f, result);
+            }
+            return;
+        }
+        crate::ps::metrics::METRICS.server.parallel_rounds.add(u64::try_from(batch.len()).unwrap_or(u64::MAX));
+        // The entries leave the map while their updates run; the updater lends each its
+        // state in the batch's order.
+        let mut jobs = Vec::with_capacity(batch.len());
+        for f in batch {
+            let Some(entry) = self.keys.remove(&f.key) else { continue };
+            let lent = self.updater.as_mut().map(|u| entry.lend(u));
+            jobs.push(Job { f, entry, lent, result: Ok(None) });
+        }
+        let opt = self.updater.as_ref().map(Updater::optimizer);
+        let shared = self.settings.shared.as_deref().and_then(BroadcastHub::existing);
+        jobs.par_iter_mut().for_each(|job| job.run(opt, shared));
+        // Every state and entry is back before any round settles (settling may start the
+        // next round of a key, which updates it again).
+        let mut settled = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            if let (Some(u), Some(Ok(lent))) = (self.updater.as_mut(), job.lent) {
+                u.give_back(lent);
+            }
+            self.keys.insert(job.f.key, job.entry);
+            settled.push((job.f, job.result));
+        }
+        for (f, result) in settled {
+            self.settle(f, result);
+        }
+    }
+}
