@@ -149,7 +149,10 @@ impl Updater {
 
     fn step(&mut self, param: &str, key: &str, weight: WeightMut<'_>, grad: GradIn<'_>) -> Result<()> {
         let h = self.prepare(param, key, weight.elem_type(), weight.len(), || weight.to_f32_vec())?;
-        let state = self.states.get_mut(key).ok_or_else(|| Error::StateMismatch { key: key.to_owned(), reason: "it is lent out (Updater::lend) and was not given back".to_owned() })?;
+        let state = self.states.get_mut(key).ok_or_else(|| Error::StateMismatch {
+            key: key.to_owned(),
+            reason: "it is lent out (Updater::lend) and was not given back".to_owned(),
+        })?;
         run(&self.opt, &h, weight, grad, state);
         Ok(())
     }
@@ -204,10 +207,20 @@ impl Updater {
     /// the weight widened to f32, asked for a new multi-precision state). Until given back,
     /// the key's state is absent (saving states then leaves it out): give every lent update
     /// back before anything else.
-    pub fn lend(&mut self, param: &str, state_key: &str, elem: ElemType, len: usize, master: impl FnOnce() -> Vec<f32>) -> Result<LentUpdate> {
+    pub fn lend(
+        &mut self,
+        param: &str,
+        state_key: &str,
+        elem: ElemType,
+        len: usize,
+        master: impl FnOnce() -> Vec<f32>,
+    ) -> Result<LentUpdate> {
         self.ensure_valid()?;
         let h = self.prepare(param, state_key, elem, len, master)?;
-        let state = self.states.remove(state_key).ok_or_else(|| Error::StateMismatch { key: state_key.to_owned(), reason: "it is lent out already".to_owned() })?;
+        let state = self
+            .states
+            .remove(state_key)
+            .ok_or_else(|| Error::StateMismatch { key: state_key.to_owned(), reason: "it is lent out already".to_owned() })?;
         Ok(LentUpdate { key: state_key.to_owned(), h, state })
     }
 

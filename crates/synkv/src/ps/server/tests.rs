@@ -812,7 +812,8 @@ fn rounds_completed_together_update_in_parallel_exactly_as_one_by_one() {
     let mut expected: Vec<Vec<f32>> = init.iter().map(|(_, v)| v.clone()).collect();
     let before = crate::ps::metrics::METRICS.server.parallel_rounds.get();
     for round in 0..3u64 {
-        let grad = |w: u64, k: u64| -> Vec<f32> { (0..len).map(|i| ((i as u64 * 7 + k * 13 + w * 5 + round) % 17) as f32 * 0.1 - 0.8).collect() };
+        let grad =
+            |w: u64, k: u64| -> Vec<f32> { (0..len).map(|i| ((i as u64 * 7 + k * 13 + w * 5 + round) % 17) as f32 * 0.1 - 0.8).collect() };
         let push = |w: u64| -> Vec<(u64, Vec<f32>)> { (0..keys).map(|k| (k, grad(w, k))).collect() };
         h.send(0, data(Command::PushPull, Flags::NONE, &push(0)));
         assert!(h.replies().is_empty(), "waits for worker 1");

@@ -41,10 +41,10 @@ use super::round::{take_async, Contribution, Place, ReqId};
 use super::states::Pager;
 use super::value::{entry_key, entry_keys, push_items};
 use super::ServerCmd;
+use crate::ndarray::RowSparse;
 use crate::optimizer::{Optimizer, Updater};
 use crate::ps::checkpoint::{write_shard, Shard, ShardHeader};
 use crate::ps::node::Rank;
-use crate::ndarray::RowSparse;
 use crate::ps::proto::{Chunk, Command, ErrorCode, Flags, Message};
 use crate::ps::trace::{Op, Span};
 use crate::ps::transport::share::BroadcastHub;
@@ -592,12 +592,12 @@ impl Partition {
                 let on_sum: Option<&mut dyn FnMut(Chunk)> = if replicating || rec.is_some() { Some(&mut send_sum) } else { None };
                 let shared = self.settings.shared.as_deref().and_then(BroadcastHub::existing);
                 let held = std::mem::take(&mut f.held);
-                entry.finish_dense(held, f.accumulated, self.updater.as_mut().map(Upd::Whole), on_sum, shared).map(|applied| {
-                    match applied {
+                entry.finish_dense(held, f.accumulated, self.updater.as_mut().map(Upd::Whole), on_sum, shared).map(
+                    |applied| match applied {
                         Applied::Assign if replicating => Some(RoundChange::Assign(entry.value_chunk())),
                         _ => None,
-                    }
-                })
+                    },
+                )
             }
         }
         .map_err(|e| e.at(key));
