@@ -159,3 +159,39 @@ fn every_role_serves_prometheus_metrics_while_the_job_runs() {
         assert!(status.is_some_and(|s| s.success()), "{} failed: {}", p.label, p.output());
     }
 }
+
+/// In a real job (the flight recorder on, as always), a push of many keys completes their
+/// rounds together and the server updates them side by side on its threads
+/// (`SYNKV_SERVER_THREADS=2`, a pool of its own, so this holds on a one-core machine too):
+/// every one of the 8 keys' rounds is counted as parallel, and the values pulled back are
+/// exact (the selftest checks them).
+#[test]
+fn a_push_of_many_keys_updates_them_side_by_side_in_a_real_server() {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let file = tmp.join(format!("metrics-batch-{}.txt", std::process::id()));
+    let until = tmp.join(format!("metrics-batch-hold-{}", std::process::id()));
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&until);
+    let (file_s, until_s) = (file.display().to_string(), until.display().to_string());
+    let env = [("SYNKV_METRICS_ADDR", "127.0.0.1:0"), ("SYNKV_METRICS_FILE", file_s.as_str()), ("SYNKV_SERVER_THREADS", "2")];
+    // 8 keys × 20000 f32 = 640 KB: above the batch's 256 KiB threshold.
+    let args =
+        ["push-hold", "--size", "20000", "--repeat", "1", "--batch-keys", "8", "--sleep-secs", "60", "--until-file", until_s.as_str()];
+    let mut job = Job::start(1, 1, &args, &env);
+    let deadline = Instant::now() + JOB_BOUND;
+    assert!(job.workers[0].wait_for_output("holding for", deadline), "{}", job.workers[0].output());
+    let urls: Vec<String> = std::fs::read_to_string(&file).expect("SYNKV_METRICS_FILE").lines().map(str::to_owned).collect();
+    let mut parallel = None;
+    for url in &urls {
+        let (_, body) = get(url, "/metrics");
+        if let Some(v) = parse(&body).get("synkv_server_parallel_rounds_total{role=\"server\"}") {
+            parallel = Some(*v);
+        }
+    }
+    assert_eq!(parallel, Some(8.0), "the 8 keys' rounds ran in one parallel batch (the single key's did not)");
+    std::fs::write(&until, b"done").expect("the hold file");
+    for p in job.all_mut() {
+        let status = p.wait_until(Instant::now() + JOB_BOUND);
+        assert!(status.is_some_and(|s| s.success()), "{} failed: {}", p.label, p.output());
+    }
+}

@@ -47,6 +47,10 @@ pub(crate) struct DistArgs {
     /// Number of keys (many-keys).
     #[arg(long, default_value_t = 200_000)]
     keys: usize,
+    /// Keys (of `--size` floats) push-hold also pushes in one call, once, after its rounds:
+    /// a batch of rounds the server updates side by side.
+    #[arg(long, default_value_t = 0)]
+    batch_keys: usize,
     /// Elements of the key (big-states, hold).
     #[arg(long, default_value_t = 100_000)]
     size: usize,

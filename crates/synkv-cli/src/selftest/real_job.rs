@@ -185,6 +185,17 @@ pub(super) fn push_hold(kv: &KVStore, args: &DistArgs) -> Result<()> {
         kv.pull(4242, &out)?;
         out.wait_to_read()?;
     }
+    if args.batch_keys > 0 {
+        let keys: Vec<i32> = (0..args.batch_keys).map(|k| 5000 + i32::try_from(k).unwrap_or(i32::MAX - 5000)).collect();
+        let values: Vec<NDArray> = keys.iter().map(|_| full(&shape, 1.0, DType::F32)).collect();
+        kv.init(keys.clone(), &values)?;
+        kv.push(keys.clone(), &values)?;
+        let outs: Vec<NDArray> = keys.iter().map(|_| full(&shape, 0.0, DType::F32)).collect();
+        kv.pull(keys.clone(), &outs)?;
+        for (k, o) in keys.iter().zip(&outs) {
+            expect_all(&format!("batch key {k}"), o, 1.0, 0.0)?;
+        }
+    }
     println!("selftest push-hold: pushed {} times, holding for {} s", args.repeat.max(1), args.sleep_secs);
     let deadline = std::time::Instant::now() + Duration::from_secs_f64(args.sleep_secs);
     while std::time::Instant::now() < deadline && !args.until_file.as_ref().is_some_and(|f| f.exists()) {

@@ -91,6 +91,11 @@ pub struct Config {
     /// `SYNKV_SERVER_REPLICAS`: backup copies of every partition on other servers (0 or 1).
     /// With 1, a dead server's partitions move to their backups and the job goes on.
     pub replicas: u32,
+    /// `SYNKV_SERVER_THREADS`: threads a server's update work may use (the sums and optimizer
+    /// steps of the rounds one request completes, `ps/server/partition/batch.rs`, and the
+    /// kernels' split of large arrays); `None` (the default) = one per core, 1 = all on the
+    /// server's core thread.
+    pub server_threads: Option<u32>,
     /// `SYNKV_SHM` (default 1): a worker offers each server a shared-memory segment for the
     /// bulk bytes of data frames; a server on the same host maps it and offers its own.
     pub shm: bool,
@@ -308,6 +313,7 @@ impl Config {
                 "0, or at least 2 servers",
             ));
         }
+        let server_threads = number::<u32>(get, "SYNKV_SERVER_THREADS", None, (1, 1024), "threads in 1..=1024")?;
         let shm = number::<u32>(get, "SYNKV_SHM", Some(1), (0, 1), "0 or 1")?.unwrap_or(1) == 1;
         let shm_bytes = number::<u64>(get, "SYNKV_SHM_BYTES", None, (1 << 20, 1 << 40), "bytes in 1048576..=1099511627776")?
             .unwrap_or_else(|| (16 * partition_bytes).clamp(64 << 20, 4 << 30));
@@ -334,6 +340,7 @@ impl Config {
             checkpoint_dir,
             checkpoint_interval,
             replicas,
+            server_threads,
             shm,
             shm_bytes,
             worker_restarts,
@@ -534,9 +541,11 @@ mod tests {
             ("SYNKV_MAX_FRAME_BYTES", "1048576"),
             ("SYNKV_STRAGGLER_WARN_MS", "2500"),
             ("SYNKV_PARTITION_BYTES", "65536"),
+            ("SYNKV_SERVER_THREADS", "3"),
         ])
         .unwrap();
         assert_eq!((c.straggler_warn.as_millis(), c.partition_bytes), (2500, 65536));
+        assert_eq!(c.server_threads, Some(3));
         assert_eq!(c.role, Role::Server);
         assert_eq!(c.node_host, "node7");
         assert_eq!((c.task_id, c.port, c.bigarray_bound), (Some(4), Some(5000), 10));
@@ -587,6 +596,8 @@ mod tests {
             ("SYNKV_STRAGGLER_WARN_MS", "0"),
             ("SYNKV_PARTITION_BYTES", "100"),
             ("SYNKV_PARTITION_BYTES", "268435456"),
+            ("SYNKV_SERVER_THREADS", "0"),
+            ("SYNKV_SERVER_THREADS", "all"),
             ("SYNKV_TRACE_ROUNDS", "5:2"),
             ("SYNKV_TRACE_EVENTS", "0"),
             ("SYNKV_FLIGHT_RECORDER", "many"),

@@ -5,7 +5,8 @@
 //! Connection tasks hand it [`Event`]s; it answers through each connection's bounded outbox
 //! and never waits: a connection whose outbox is full (its worker does not read the replies
 //! it asked for) is closed. Because one thread owns everything, updates of an entry never run
-//! concurrently (spec K8.12) and need no locks; the kernels parallelise large arrays.
+//! concurrently (spec K8.12) and need no locks. The update work of rounds completed together
+//! runs on [`UpdateThreads`] (`partition/batch.rs`); the kernels split large arrays.
 //!
 //! **Partitions.** A server holds its own partition (the key parts the slicer places on its
 //! rank). With `SYNKV_SERVER_REPLICAS=1` it also keeps backup copies of other partitions,
@@ -77,6 +78,60 @@ pub(super) struct Settings {
     /// The server's broadcast segment, once a local worker connected: large values live in
     /// it (`entry.rs`), so answers to local workers name them instead of copying.
     pub(super) shared: Option<Arc<BroadcastHub>>,
+    /// Where the update work of rounds completed together runs (`SYNKV_SERVER_THREADS`).
+    pub(super) threads: UpdateThreads,
+}
+
+/// Where a server's update work runs (`SYNKV_SERVER_THREADS`, `partition/batch.rs`).
+#[derive(Clone, Debug, Default)]
+pub(super) enum UpdateThreads {
+    /// On rayon's global pool, one thread per core (the default).
+    #[default]
+    Cores,
+    /// On the core thread only (`SYNKV_SERVER_THREADS=1`).
+    One,
+    /// On a pool of its own (`SYNKV_SERVER_THREADS=n`, n > 1).
+    Pool(Arc<rayon::ThreadPool>),
+}
+
+impl UpdateThreads {
+    /// The threads for `SYNKV_SERVER_THREADS` (`None`: unset).
+    pub(super) fn new(threads: Option<u32>) -> UpdateThreads {
+        match threads {
+            None => UpdateThreads::Cores,
+            Some(1) => UpdateThreads::One,
+            Some(n) => {
+                let built = rayon::ThreadPoolBuilder::new()
+                    .num_threads(usize::try_from(n).unwrap_or(1))
+                    .thread_name(|i| format!("synkv-update-{i}"))
+                    .build();
+                match built {
+                    Ok(pool) => UpdateThreads::Pool(Arc::new(pool)),
+                    Err(e) => {
+                        tracing::warn!("SYNKV_SERVER_THREADS={n}: cannot start the threads ({e}); using one per core");
+                        UpdateThreads::Cores
+                    }
+                }
+            }
+        }
+    }
+
+    /// Threads the update work may use.
+    pub(super) fn count(&self) -> usize {
+        match self {
+            UpdateThreads::Cores => rayon::current_num_threads(),
+            UpdateThreads::One => 1,
+            UpdateThreads::Pool(pool) => pool.current_num_threads(),
+        }
+    }
+
+    /// Runs `f` where the update work runs (a pool's kernels split large arrays on it too).
+    pub(super) fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match self {
+            UpdateThreads::Pool(pool) => pool.install(f),
+            UpdateThreads::Cores | UpdateThreads::One => f(),
+        }
+    }
 }
 
 /// All of a server's state.

@@ -31,6 +31,7 @@ pub fn handle_frames(data: &[u8]) {
         page_bytes: 1 << 12,
         replicas: false,
         shared: None,
+        threads: super::core::UpdateThreads::One,
     };
     let mut core = Core::new(NodeId(8), settings);
     let (outbox, mut rx) = Outbox::bounded(1 << 12, 1 << 24);

@@ -8,9 +8,11 @@
 //! of mini-redis's server, with the shared state behind a channel instead of a lock.
 //!
 //! ## Organization
-//! - `core.rs` — routing events to the partitions this server holds or keeps copies of.
+//! - `core.rs` — routing events to the partitions this server holds or keeps copies of;
+//!   where update work runs (`SYNKV_SERVER_THREADS`).
 //! - `partition/` — one partition's state machine: requests, rounds, commands, straggler
-//!   reports; `replica.rs` its replication to (or as) a backup copy.
+//!   reports; `replica.rs` its replication to (or as) a backup copy; `batch.rs` the rounds one
+//!   request completes, updated side by side.
 //! - `link.rs` — a primary's connection to its backup.
 //! - `entry.rs` — one key part (its `EntryKey`: ps key and offset): value, accumulator, updates.
 //! - `round.rs` — a sync round and the round-id rules (duplicates refused).
@@ -60,7 +62,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use self::conn::ConnTask;
-use self::core::{Core, Event, Settings};
+use self::core::{Core, Event, Settings, UpdateThreads};
 use super::checkpoint;
 use super::node::Role;
 use super::proto::Message;
@@ -203,6 +205,7 @@ impl Server {
             page_bytes: usize::try_from(config.partition_bytes).unwrap_or(usize::MAX),
             replicas: config.replicas > 0,
             shared: Some(std::sync::Arc::clone(&broadcast)),
+            threads: UpdateThreads::new(config.server_threads),
         };
         let mut core = Core::new(cluster.me().id, settings);
         let (ready_tx, ready_rx) = mpsc::unbounded_channel();

@@ -11,15 +11,18 @@
 //!
 //! Large arrays are already split across threads by the kernels; a batch matters for many
 //! small and medium keys, each too short to split. Rounds that replicate to a backup copy,
-//! traced rounds, row_sparse rounds and failed rounds run one by one as before, and so does
-//! a batch too small to be worth waking the pool.
+//! row_sparse rounds and failed rounds run one by one as before, and so does a batch too
+//! small to be worth waking the pool. The batch's rounds are traced (sum and update spans)
+//! as the one-by-one rounds are.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use rayon::prelude::*;
 
 use super::{spans, Finished, Partition, RoundResult};
 use crate::optimizer::{LentUpdate, Optimizer, Updater};
+use crate::ps::proto::Chunk;
 use crate::ps::server::entry::{Entry, Upd};
 use crate::ps::server::error::ServerError;
 use crate::ps::transport::share::BroadcastHub;
@@ -35,11 +38,13 @@ struct Job {
     entry: Entry,
     lent: Option<Result<LentUpdate, ServerError>>,
     result: RoundResult,
+    /// When the update started, when its sum was complete (an update), when it ended.
+    times: Option<(Instant, Option<Instant>, Instant)>,
 }
 
 impl Job {
-    fn run(&mut self, opt: Option<&Optimizer>, shared: Option<&Arc<Broadcast>>) {
-        let started = std::time::Instant::now();
+    fn run(&mut self, opt: Option<&Optimizer>, shared: Option<&Arc<Broadcast>>, traced: bool) {
+        let started = Instant::now();
         let key = self.f.key;
         let upd = match (&mut self.lent, opt) {
             (Some(Err(e)), _) => {
@@ -50,9 +55,14 @@ impl Job {
             _ => None,
         };
         let held = std::mem::take(&mut self.f.held);
+        let mut summed = None;
+        let mut on_sum = |_| summed = Some(Instant::now());
+        let on_sum: Option<&mut dyn FnMut(Chunk)> = if traced { Some(&mut on_sum) } else { None };
         // Not replicating (see `batchable`): an assign has nothing to send.
-        self.result = self.entry.finish_dense(held, self.f.accumulated, upd, None, shared).map(|_| None).map_err(|e| e.at(key));
-        crate::ps::metrics::METRICS.server.update.observe(started.elapsed());
+        self.result = self.entry.finish_dense(held, self.f.accumulated, upd, on_sum, shared).map(|_| None).map_err(|e| e.at(key));
+        let end = Instant::now();
+        crate::ps::metrics::METRICS.server.update.observe(end - started);
+        self.times = Some((started, summed, end));
     }
 }
 
@@ -64,11 +74,7 @@ impl Partition {
 
     /// Whether a taken round may wait in the batch (see the module docs).
     pub(super) fn batchable(&self, f: &Finished) -> bool {
-        f.failed.is_none()
-            && f.rows.is_empty()
-            && !self.repl.active()
-            && spans::recorder().is_none()
-            && self.keys.get(&f.key).is_some_and(|e| !e.is_rows())
+        f.failed.is_none() && f.rows.is_empty() && !self.repl.active() && self.keys.get(&f.key).is_some_and(|e| !e.is_rows())
     }
 
     /// Closes the batch: runs its updates (on several threads when it is worth it), then
@@ -76,7 +82,7 @@ impl Partition {
     pub(super) fn run_batch(&mut self) {
         let Some(batch) = self.batch.take() else { return };
         let bytes: u64 = batch.iter().filter_map(|f| self.keys.get(&f.key)).map(Entry::byte_len).sum();
-        if batch.len() < 2 || bytes < PARALLEL_MIN_BYTES || rayon::current_num_threads() < 2 {
+        if batch.len() < 2 || bytes < PARALLEL_MIN_BYTES || self.settings.threads.count() < 2 {
             for mut f in batch {
                 let result = self.run_round(&mut f);
                 self.settle(f, result);
@@ -90,15 +96,20 @@ impl Partition {
         for f in batch {
             let Some(entry) = self.keys.remove(&f.key) else { continue };
             let lent = self.updater.as_mut().map(|u| entry.lend(u));
-            jobs.push(Job { f, entry, lent, result: Ok(None) });
+            jobs.push(Job { f, entry, lent, result: Ok(None), times: None });
         }
         let opt = self.updater.as_ref().map(Updater::optimizer);
         let shared = self.settings.shared.as_deref().and_then(BroadcastHub::existing);
-        jobs.par_iter_mut().for_each(|job| job.run(opt, shared));
+        let (rec, updating) = (spans::recorder(), opt.is_some());
+        self.settings.threads.install(|| jobs.par_iter_mut().for_each(|job| job.run(opt, shared, rec.is_some())));
         // Every state and entry is back before any round settles (settling may start the
         // next round of a key, which updates it again).
         let mut settled = Vec::with_capacity(jobs.len());
         for job in jobs {
+            if let (Some(rec), Some(times)) = (rec, job.times) {
+                let (label, offset, bytes) = (&job.entry.label, job.f.key.1, job.entry.byte_len());
+                spans::round(rec, (label, offset), job.f.round_id, bytes, times, updating, job.result.is_ok());
+            }
             if let (Some(u), Some(Ok(lent))) = (self.updater.as_mut(), job.lent) {
                 u.give_back(lent);
             }

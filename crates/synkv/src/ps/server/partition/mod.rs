@@ -4,7 +4,9 @@
 //! Connection tasks hand it [`Event`]s; it answers through each connection's bounded outbox
 //! and never waits: a connection whose outbox is full (its worker does not read the replies
 //! it asked for) is closed. Because one thread owns everything, updates of an entry never run
-//! concurrently (spec K8.12) and need no locks; the kernels parallelise large arrays.
+//! concurrently (spec K8.12) and need no locks. The update work runs on more threads: the
+//! rounds one request completes update side by side (`batch.rs`, `SYNKV_SERVER_THREADS`), and
+//! the kernels split large arrays.
 //!
 //! - **Init** (`Push` + `INIT`): creates the entries; one held already is refused
 //!   ([`ErrorCode::DuplicateInit`]; MXNet would hang, K1.9).
