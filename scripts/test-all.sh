@@ -34,6 +34,9 @@ cargo test --workspace
 echo "== chaos (short; a new random seed each run, printed so a failure can be repeated)"
 cargo run -q -p synkv-cli -- chaos --kills 3 --rounds 60 --max-secs 300
 cargo run -q -p synkv-cli -- chaos --replicas -s 3 --kills 2 --rounds 60 --max-secs 300
+# Over TCP with a split key of 2.4 MB (800 KB parts): pulled answers land straight in the
+# outputs (transport/landing.rs), so servers die in the middle of landing replies too.
+SYNKV_SHM=0 cargo run -q -p synkv-cli -- chaos --replicas -s 3 --kills 4 --rounds 60 --split-elems 600000 --max-secs 300
 
 echo "== real Open MPI and Slurm (mpirun, srun, sbatch; skipped with a message where they cannot run)"
 # The synkv binary the cargo steps above built.

@@ -145,6 +145,13 @@ class Cluster:
         m = re.search(r"Sent (\d+) bytes", sh("tc", "-s", "-n", self.ns[host], "qdisc", "show", "dev", "eth0"))
         return int(m[1]) if m else 0
 
+    def drops(self):
+        """Packets every tbf (hosts' egress and ingress) has dropped so far (tc -s): a link's
+        queue overflowing, e.g. several senders into one host at once (incast)."""
+        text = "".join(sh("tc", "-s", "-n", ns, "qdisc", "show", "dev", "eth0") for ns in self.ns)
+        text += sh("tc", "-s", "-n", self.br, "qdisc", "show")
+        return sum(int(m) for m in re.findall(r"dropped (\d+)", text))
+
     def start(self, host, argv, env, log):
         """Starts argv on host `host` (its own process group) with stdout+stderr to `log`."""
         with open(log, "w") as f:
@@ -401,11 +408,13 @@ def main():
                     failed += 1
                 for size in a.sizes:
                     row = {"w": w, "s": s, "size": size, "synkv": None, "gloo": None}
+                    dropped = c.drops()
                     try:
                         row["synkv"] = run_synkv(c, a, tmp, w, s, size, place)
                     except JobFailed as e:
                         print(e, file=sys.stderr)
                         failed += 1
+                    row["synkv_drops"], dropped = c.drops() - dropped, c.drops()
                     # Each worker pushed its array every iteration: through its shaped eth0.
                     if a.check and row["synkv"]:
                         low = [h for h in place["workers"] if c.sent_bytes(h) < size * 4 * (a.iters + a.warmup)]
@@ -418,6 +427,7 @@ def main():
                         except JobFailed as e:
                             print(e, file=sys.stderr)
                             failed += 1
+                        row["gloo_drops"] = c.drops() - dropped
                     row["floors"] = floors_ms(w, s, size, a.colocate, bps)
                     rows.append(row)
                     print("  " + fmt(row), flush=True)
@@ -446,7 +456,8 @@ def main():
 def fmt(r):
     g = f"{r['gloo']:.1f} ms" if r["gloo"] else "n/a"
     s = f"{r['synkv']:.1f} ms" if r["synkv"] else "FAIL"
-    return f"W={r['w']} S={r['s']} size={r['size']}: synkv {s}, gloo {g}"
+    drops = f"; packets dropped at the links: synkv {r.get('synkv_drops')}, gloo {r.get('gloo_drops', 'n/a')}"
+    return f"W={r['w']} S={r['s']} size={r['size']}: synkv {s}, gloo {g}{drops}"
 
 
 def table(rows, a):
