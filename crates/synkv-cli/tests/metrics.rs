@@ -99,13 +99,19 @@ fn promtool(text: &str) {
     );
 }
 
-#[test]
-fn every_role_serves_prometheus_metrics_while_the_job_runs() {
+/// Fresh paths for a job's `SYNKV_METRICS_FILE` and its `--until-file` (`tag`: the test's).
+fn job_files(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let file = tmp.join(format!("metrics-{}.txt", std::process::id()));
-    let until = tmp.join(format!("metrics-hold-{}", std::process::id()));
+    let file = tmp.join(format!("{tag}-{}.txt", std::process::id()));
+    let until = tmp.join(format!("{tag}-hold-{}", std::process::id()));
     let _ = std::fs::remove_file(&file);
     let _ = std::fs::remove_file(&until);
+    (file, until)
+}
+
+#[test]
+fn every_role_serves_prometheus_metrics_while_the_job_runs() {
+    let (file, until) = job_files("metrics");
     let (file_s, until_s) = (file.display().to_string(), until.display().to_string());
     let env = [("SYNKV_METRICS_ADDR", "127.0.0.1:0"), ("SYNKV_METRICS_FILE", file_s.as_str())];
     // 80 KB values: above the shared-memory threshold, so pulls go through the server's
@@ -167,11 +173,7 @@ fn every_role_serves_prometheus_metrics_while_the_job_runs() {
 /// exact (the selftest checks them).
 #[test]
 fn a_push_of_many_keys_updates_them_side_by_side_in_a_real_server() {
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let file = tmp.join(format!("metrics-batch-{}.txt", std::process::id()));
-    let until = tmp.join(format!("metrics-batch-hold-{}", std::process::id()));
-    let _ = std::fs::remove_file(&file);
-    let _ = std::fs::remove_file(&until);
+    let (file, until) = job_files("metrics-batch");
     let (file_s, until_s) = (file.display().to_string(), until.display().to_string());
     let env = [("SYNKV_METRICS_ADDR", "127.0.0.1:0"), ("SYNKV_METRICS_FILE", file_s.as_str()), ("SYNKV_SERVER_THREADS", "2")];
     // 8 keys × 20000 f32 = 640 KB: above the batch's 256 KiB threshold.
