@@ -414,7 +414,8 @@ def main():
                     except JobFailed as e:
                         print(e, file=sys.stderr)
                         failed += 1
-                    row["synkv_drops"], dropped = c.drops() - dropped, c.drops()
+                    now = c.drops()
+                    row["synkv_drops"], dropped = now - dropped, now
                     # Each worker pushed its array every iteration: through its shaped eth0.
                     if a.check and row["synkv"]:
                         low = [h for h in place["workers"] if c.sent_bytes(h) < size * 4 * (a.iters + a.warmup)]

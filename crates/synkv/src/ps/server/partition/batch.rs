@@ -94,14 +94,16 @@ impl Partition {
     /// worth it), then settles each round in the batch's order.
     pub(super) fn run_batch(&mut self) {
         let Some(batch) = self.batch.take() else { return };
-        let large: Vec<bool> = batch.iter().map(|f| self.keys.get(&f.key).is_some_and(|e| e.byte_len() >= JOB_MIN_BYTES)).collect();
-        let (count, bytes) = batch
-            .iter()
-            .zip(&large)
-            .filter(|(_, l)| **l)
-            .filter_map(|(f, _)| self.keys.get(&f.key))
-            .fold((0usize, 0u64), |(n, b), e| (n + 1, b + e.byte_len()));
-        if count < 2 || bytes < PARALLEL_MIN_BYTES || self.settings.threads.count() < 2 {
+        // Entries' sizes, 0 for those too small to go to the pool (most pushes complete one
+        // round: nothing to size then).
+        let large: Vec<u64> = if batch.len() < 2 {
+            Vec::new()
+        } else {
+            let size = |f: &Finished| self.keys.get(&f.key).map_or(0, Entry::byte_len);
+            batch.iter().map(|f| Some(size(f)).filter(|b| *b >= JOB_MIN_BYTES).unwrap_or(0)).collect()
+        };
+        let count = large.iter().filter(|b| **b > 0).count();
+        if count < 2 || large.iter().sum::<u64>() < PARALLEL_MIN_BYTES || self.settings.threads.count() < 2 {
             for mut f in batch {
                 let result = self.run_round(&mut f);
                 self.settle(f, result);
@@ -117,7 +119,7 @@ impl Partition {
                 (Some(u), Some(e)) => Some(e.lend(u)),
                 _ => None,
             };
-            let entry = if large { self.keys.remove(&f.key) } else { None };
+            let entry = if large > 0 { self.keys.remove(&f.key) } else { None };
             jobs.push(Job { f, entry, lent, result: Ok(None), times: None });
         }
         let opt = self.updater.as_ref().map(Updater::optimizer);
