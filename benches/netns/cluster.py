@@ -87,7 +87,7 @@ def stale_namespaces():
 class Cluster:
     """Namespaces h0..h{n-1} and a bridge namespace; removed (with their processes) by close()."""
 
-    def __init__(self, hosts, rate):
+    def __init__(self, hosts, rate, congestion):
         self.run = f"{PREFIX}{os.getpid()}-{secrets.token_hex(2)}"
         self.br = f"{self.run}-br"
         self.ns = [f"{self.run}-h{i}" for i in range(hosts)]
@@ -95,7 +95,7 @@ class Cluster:
         self.procs = []
         self.created = []
         try:
-            self._build(rate)
+            self._build(rate, congestion)
         except BaseException:
             self.close()
             raise
@@ -106,7 +106,7 @@ class Cluster:
             raise Skip(f"`ip netns add` failed: {r.stderr.strip()}")
         self.created.append(ns)
 
-    def _build(self, rate):
+    def _build(self, rate, congestion):
         bps = rate_bits(rate)
         # Burst: 4 ms at the rate (>= rate/HZ for any HZ >= 250), at least 128 KiB (a veth GSO
         # packet is up to 64 KiB). Queue: 10 ms at the rate, at least 1 MiB, as a switch port buffer.
@@ -129,6 +129,11 @@ class Cluster:
             sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
             sh("ip", "-n", ns, "link", "set", "eth0", "up")
             sh("ip", "-n", ns, "link", "set", "lo", "up")
+            if congestion != "system":  # a per-namespace sysctl: every TCP socket of the host
+                try:
+                    sh("ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={congestion}")
+                except RuntimeError as e:
+                    raise Skip(f"TCP congestion control {congestion!r}: {e}")
             try:
                 sh("tc", "-n", ns, "qdisc", "add", "dev", "eth0", "root", *tbf)       # host egress
                 sh("tc", "-n", self.br, "qdisc", "add", "dev", f"p{i}", "root", *tbf)  # host ingress
@@ -226,6 +231,7 @@ def run_synkv(c, a, tmp, w, s, size, place):
             "DMLC_NUM_WORKER": str(w), "DMLC_NUM_SERVER": str(s), "SYNKV_LOG": "warn"}
     if a.partition_bytes:
         base["SYNKV_PARTITION_BYTES"] = str(a.partition_bytes)
+    base.update(a.synkv_env)
     if a.plain:  # no secret: frames are not sealed (the cost of sealing, measured against it)
         base["SYNKV_INSECURE"] = "1"
     else:
@@ -330,6 +336,9 @@ def main():
     p.add_argument("--sizes", type=lambda s: [elements(x) for x in s.split(",")], default=[16 << 20],
                    help="f32 elements per key, comma-separated, K/M suffixes (default 16M)")
     p.add_argument("--rate", default="1gbit", help="each host's link rate, each direction (tc units)")
+    p.add_argument("--congestion", default="cubic",
+                   help="every host's TCP congestion control (default cubic, Linux's default; 'system' keeps this "
+                        "machine's, which new namespaces inherit)")
     p.add_argument("--colocate", action="store_true", help="server i and worker i share host i")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
@@ -340,12 +349,18 @@ def main():
     p.add_argument("--plain", action="store_true", help="synkv without a secret (SYNKV_INSECURE=1): frames not sealed")
     p.add_argument("--partition-bytes", type=elements, default=None,
                    help="SYNKV_PARTITION_BYTES for the synkv job (K/M suffixes; default: synkv's)")
+    p.add_argument("--synkv-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="a SYNKV_* variable for every synkv process (repeatable), e.g. SYNKV_TRACE_DIR=/tmp/t")
     p.add_argument("--pushpull", action="store_true",
                    help="synkv iterations are one pushpull (parts answered as their rounds complete) instead of push, then pull")
     p.add_argument("--check", action="store_true", help="seconds-long self-test: W=2 S=1, 64K, 10gbit, 3 iters")
     p.add_argument("--cleanup-stale", action="store_true", help="remove namespaces of dead earlier runs, then exit")
     a = p.parse_args()
     rate_bits(a.rate)
+    env_pairs = [kv.split("=", 1) for kv in a.synkv_env]
+    if any(len(kv) != 2 or not kv[0].startswith("SYNKV_") for kv in env_pairs):
+        p.error(f"--synkv-env wants SYNKV_NAME=VALUE, got {a.synkv_env}")
+    a.synkv_env = dict(env_pairs)
     if a.check:
         a.workers, a.servers, a.sizes, a.rate, a.iters, a.warmup = [2], 1, [65536], "10gbit", 3, 1
         a.timeout = min(a.timeout, 60)
@@ -389,7 +404,8 @@ def main():
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda n, f: sys.exit(128 + n))
     bps = rate_bits(a.rate)
-    print(f"links: {a.rate} per host each direction (tc tbf); latency NOT emulated (no netem in this "
+    cc = a.congestion if a.congestion != "system" else sh("sysctl", "-n", "net.ipv4.tcp_congestion_control").strip()
+    print(f"links: {a.rate} per host each direction (tc tbf), TCP congestion control {cc}; latency NOT emulated (no netem in this "
           f"kernel); placement: {'colocated server+worker per host' if a.colocate else 'one role per host'}; "
           f"{a.iters} iters after {a.warmup} warmup; synkv {a.synkv}; gloo {gloo or 'n/a'}", flush=True)
     rows, failed = [], 0
@@ -399,7 +415,7 @@ def main():
             s = a.servers or w
             place, hosts = placement(w, s, a.colocate)
             try:
-                c = Cluster(hosts, a.rate)
+                c = Cluster(hosts, a.rate, a.congestion)
             except Skip as e:
                 return skip(str(e))
             try:

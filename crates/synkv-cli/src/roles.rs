@@ -33,7 +33,7 @@ pub(crate) fn run(which: RoleCommand) -> Result<()> {
     rt.block_on(async move {
         let stop = CancellationToken::new();
         tokio::spawn(cancel_on_signal(stop.clone()));
-        let transport = TcpTransport::new(config.limits);
+        let transport = TcpTransport::for_config(&config);
         match which {
             RoleCommand::Scheduler => Scheduler::new(config).serve(&transport, stop).await?,
             RoleCommand::Server => Server::new(config).serve(&transport, stop).await?,

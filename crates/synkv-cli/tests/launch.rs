@@ -36,3 +36,20 @@ fn a_missing_worker_program_fails_the_job() {
     assert_eq!(f.status.code(), Some(127), "{}", f.output);
     assert!(f.output.contains("could not start worker 0"), "{}", f.output);
 }
+
+#[test]
+fn a_job_runs_over_the_congestion_control_it_names_and_one_the_kernel_lacks_stops_it_at_start() {
+    // reno is built into every Linux kernel; SYNKV_SHM=0 puts every byte on the TCP sockets.
+    let ok = crate::util::launch(
+        2,
+        2,
+        &[],
+        &["partitions"],
+        &[("SYNKV_TCP_CONGESTION", "reno"), ("SYNKV_SHM", "0"), ("SYNKV_PARTITION_BYTES", "65536")],
+    );
+    assert!(ok.status.success(), "{}", ok.output);
+
+    let bad = crate::util::launch(1, 1, &[], &["init-rank0"], &[("SYNKV_TCP_CONGESTION", "no_such_cc")]);
+    assert!(!bad.status.success(), "{}", bad.output);
+    assert!(bad.output.contains("SYNKV_TCP_CONGESTION") && bad.output.contains("refuses \"no_such_cc\""), "{}", bad.output);
+}

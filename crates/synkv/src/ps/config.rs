@@ -96,6 +96,9 @@ pub struct Config {
     /// kernels' split of large arrays); `None` (the default) = one per core, 1 = all on the
     /// server's core thread.
     pub server_threads: Option<u32>,
+    /// `SYNKV_TCP_CONGESTION`: the TCP congestion control of this process's sockets (`cubic`,
+    /// `bbr`, `reno`…); `None` = the host's default. Checked against the kernel when read.
+    pub tcp_congestion: Option<String>,
     /// `SYNKV_SHM` (default 1): a worker offers each server a shared-memory segment for the
     /// bulk bytes of data frames; a server on the same host maps it and offers its own.
     pub shm: bool,
@@ -163,6 +166,26 @@ fn number<T: std::str::FromStr + PartialOrd + Copy>(
 fn millis(get: &Lookup<'_>, var: &'static str, default: u64, expected: &'static str) -> Result<Duration, ConfigError> {
     let ms = number(get, var, Some(default), (1, 86_400_000), expected)?.unwrap_or(default);
     Ok(Duration::from_millis(ms))
+}
+
+/// `SYNKV_TCP_CONGESTION`: a name the kernel accepts for this process's sockets (tried on a
+/// fresh socket here, so a typo or a refused algorithm stops the process at start, not at its
+/// first connection).
+fn tcp_congestion(get: &Lookup<'_>) -> Result<Option<String>, ConfigError> {
+    const VAR: &str = "SYNKV_TCP_CONGESTION";
+    const EXPECTED: &str =
+        "a TCP congestion control the kernel offers, e.g. cubic, reno or bbr (see /proc/sys/net/ipv4/tcp_allowed_congestion_control)";
+    let Some(raw) = get(VAR)? else { return Ok(None) };
+    let name = raw.trim();
+    if name.is_empty() {
+        return Ok(None);
+    }
+    // The kernel's names: at most 15 bytes (TCP_CA_NAME_MAX 16 with the NUL).
+    if name.len() > 15 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+        return Err(err(VAR, format!("{raw:?} is not a congestion control name"), EXPECTED));
+    }
+    crate::ps::transport::check_congestion(name).map_err(|problem| err(VAR, problem, EXPECTED))?;
+    Ok(Some(name.to_owned()))
 }
 
 /// The trace and flight-recorder variables (`ps::trace`).
@@ -314,6 +337,7 @@ impl Config {
             ));
         }
         let server_threads = number::<u32>(get, "SYNKV_SERVER_THREADS", None, (1, 1024), "threads in 1..=1024")?;
+        let tcp_congestion = tcp_congestion(get)?;
         let shm = number::<u32>(get, "SYNKV_SHM", Some(1), (0, 1), "0 or 1")?.unwrap_or(1) == 1;
         let shm_bytes = number::<u64>(get, "SYNKV_SHM_BYTES", None, (1 << 20, 1 << 40), "bytes in 1048576..=1099511627776")?
             .unwrap_or_else(|| (16 * partition_bytes).clamp(64 << 20, 4 << 30));
@@ -341,6 +365,7 @@ impl Config {
             checkpoint_interval,
             replicas,
             server_threads,
+            tcp_congestion,
             shm,
             shm_bytes,
             worker_restarts,
@@ -542,10 +567,12 @@ mod tests {
             ("SYNKV_STRAGGLER_WARN_MS", "2500"),
             ("SYNKV_PARTITION_BYTES", "65536"),
             ("SYNKV_SERVER_THREADS", "3"),
+            ("SYNKV_TCP_CONGESTION", " reno "),
         ])
         .unwrap();
         assert_eq!((c.straggler_warn.as_millis(), c.partition_bytes), (2500, 65536));
         assert_eq!(c.server_threads, Some(3));
+        assert_eq!(c.tcp_congestion.as_deref(), Some("reno"));
         assert_eq!(c.role, Role::Server);
         assert_eq!(c.node_host, "node7");
         assert_eq!((c.task_id, c.port, c.bigarray_bound), (Some(4), Some(5000), 10));
@@ -598,6 +625,9 @@ mod tests {
             ("SYNKV_PARTITION_BYTES", "268435456"),
             ("SYNKV_SERVER_THREADS", "0"),
             ("SYNKV_SERVER_THREADS", "all"),
+            ("SYNKV_TCP_CONGESTION", "no_such_cc"),
+            ("SYNKV_TCP_CONGESTION", "cubic;reboot"),
+            ("SYNKV_TCP_CONGESTION", "a_name_longer_than_15"),
             ("SYNKV_TRACE_ROUNDS", "5:2"),
             ("SYNKV_TRACE_EVENTS", "0"),
             ("SYNKV_FLIGHT_RECORDER", "many"),

@@ -46,7 +46,7 @@ pub use landing::{Landing, Target, LAND_MIN};
 pub use mem::{MemListener, MemTransport};
 pub use reader::{Admission, FrameReader, Ingress, Landings};
 pub use seal::{Seal, TRAILER_LEN};
-pub use tcp::{TcpFrameListener, TcpTransport, DEFAULT_SOCKET_BUFFER};
+pub use tcp::{check_congestion, TcpFrameListener, TcpTransport, DEFAULT_SOCKET_BUFFER};
 pub use writer::{drain, Drained, FrameWriter, Outbox, OutboxError, OutboxRx, ShmOut};
 
 use super::Result;

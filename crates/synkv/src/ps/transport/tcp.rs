@@ -1,10 +1,12 @@
-//! [`TcpTransport`]: tokio TCP with TCP_NODELAY and socket buffers sized for bulk tensors.
+//! [`TcpTransport`]: tokio TCP with TCP_NODELAY, socket buffers sized for bulk tensors and,
+//! when asked for (`SYNKV_TCP_CONGESTION`), a congestion control of the job's choice.
 //!
-//! Buffers are set on the socket before `listen`/`connect` so the kernel can scale the TCP
-//! window for them; accepted sockets inherit the listener's. The kernel may cap the size
-//! (`net.core.wmem_max`/`rmem_max`); that is not an error.
+//! Buffers and the congestion control are set on the socket before `listen`/`connect` so the
+//! kernel can scale the TCP window for them; accepted sockets inherit the listener's. The
+//! kernel may cap the buffers (`net.core.wmem_max`/`rmem_max`); that is not an error.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use tokio::net::{lookup_host, TcpListener, TcpSocket, TcpStream};
 
@@ -20,12 +22,28 @@ pub const DEFAULT_SOCKET_BUFFER: u32 = 4 << 20;
 pub struct TcpTransport {
     limits: Limits,
     socket_buffer: u32,
+    congestion: Option<Arc<str>>,
 }
 
 impl TcpTransport {
     /// A transport whose connections apply `limits`, with 4 MiB socket buffers.
     pub fn new(limits: Limits) -> TcpTransport {
-        TcpTransport { limits, socket_buffer: DEFAULT_SOCKET_BUFFER }
+        TcpTransport { limits, socket_buffer: DEFAULT_SOCKET_BUFFER, congestion: None }
+    }
+
+    /// The transport a node of `config` uses: its frame limits and its
+    /// `SYNKV_TCP_CONGESTION`.
+    pub fn for_config(config: &crate::ps::Config) -> TcpTransport {
+        TcpTransport::new(config.limits).with_congestion(config.tcp_congestion.as_deref())
+    }
+
+    /// Sets the TCP congestion control of new sockets (`None`: the host's default). The name
+    /// is checked when the configuration is read ([`check_congestion`]); a socket that still
+    /// refuses it fails its `bind` or `connect`.
+    #[must_use]
+    pub fn with_congestion(mut self, name: Option<&str>) -> TcpTransport {
+        self.congestion = name.map(Arc::from);
+        self
     }
 
     /// Sets SO_SNDBUF/SO_RCVBUF for new sockets.
@@ -41,6 +59,9 @@ impl TcpTransport {
         if let Err(e) = socket.set_send_buffer_size(self.socket_buffer).and_then(|()| socket.set_recv_buffer_size(self.socket_buffer)) {
             tracing::debug!("could not size socket buffers: {e}");
         }
+        if let Some(name) = &self.congestion {
+            set_congestion(&socket, name)?;
+        }
         Ok(socket)
     }
 
@@ -54,6 +75,34 @@ impl Default for TcpTransport {
     fn default() -> TcpTransport {
         TcpTransport::new(Limits::default())
     }
+}
+
+/// Sets `name` as the congestion control of `socket` (TCP_CONGESTION).
+#[cfg(target_os = "linux")]
+fn set_congestion(socket: &impl std::os::fd::AsFd, name: &str) -> std::io::Result<()> {
+    socket2::SockRef::from(socket).set_tcp_congestion(name.as_bytes())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_congestion<S>(_socket: &S, _name: &str) -> std::io::Result<()> {
+    Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "TCP_CONGESTION is set only on Linux"))
+}
+
+/// Whether this process may use the TCP congestion control `name`: tried on a fresh socket.
+/// The error says why not and what the host offers.
+pub fn check_congestion(name: &str) -> std::result::Result<(), String> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .map_err(|e| format!("no socket to try {name:?} on: {e}"))?;
+    set_congestion(&socket, name).map_err(|e| {
+        let read = |file: &str| {
+            std::fs::read_to_string(format!("/proc/sys/net/ipv4/{file}")).map_or_else(|_| "unknown".to_owned(), |s| s.trim().to_owned())
+        };
+        format!(
+            "the kernel refuses {name:?} ({e}); this host has [{}], and a process without CAP_NET_ADMIN may use [{}]",
+            read("tcp_available_congestion_control"),
+            read("tcp_allowed_congestion_control")
+        )
+    })
 }
 
 async fn resolve(addr: &str) -> Result<Vec<SocketAddr>> {
@@ -150,5 +199,40 @@ mod tests {
         let t = TcpTransport::default();
         let addr = t.bind("127.0.0.1:0").await.unwrap().local_addr().unwrap(); // dropped: port closed
         assert!(tokio::time::timeout(Duration::from_secs(10), t.connect(&addr)).await.unwrap().is_err());
+    }
+
+    /// The congestion control asked for is on both ends of a connection: set on the connecting
+    /// socket, and inherited by an accepted one from its listener. `reno` is built into every
+    /// Linux kernel and is nobody's default, so the test sees the setting, not the default.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn both_ends_of_a_connection_use_the_congestion_control_asked_for() {
+        let congestion = |s: &TcpStream| {
+            let mut name = socket2::SockRef::from(s).tcp_congestion().unwrap();
+            name.retain(|b| *b != 0); // the kernel pads the name with NULs
+            name
+        };
+        let t = TcpTransport::default().with_congestion(Some("reno"));
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let listener = t.socket(&any).unwrap();
+        listener.bind(any).unwrap();
+        let listener = listener.listen(16).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (connected, accepted) = tokio::join!(t.socket(&addr).unwrap().connect(addr), listener.accept());
+        assert_eq!(congestion(&connected.unwrap()), b"reno");
+        assert_eq!(congestion(&accepted.unwrap().0), b"reno");
+
+        let plain = TcpTransport::default().socket(&addr).unwrap().connect(addr);
+        let (plain, accepted) = tokio::join!(plain, listener.accept());
+        let default = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap();
+        assert_eq!(congestion(&plain.unwrap()), default.trim().as_bytes(), "no setting: the host's default");
+        drop(accepted);
+    }
+
+    #[test]
+    fn a_congestion_control_the_kernel_lacks_is_refused_with_what_it_offers() {
+        assert_eq!(check_congestion("reno"), Ok(()));
+        let e = check_congestion("no_such_cc").unwrap_err();
+        assert!(e.contains("refuses \"no_such_cc\"") && e.contains("reno"), "{e}");
     }
 }

@@ -111,7 +111,7 @@ impl Hosted {
             let addr = listen_addr(&cfg.root_uri, cfg.root_port);
             cfg.check_listen(&cfg.root_uri).map_err(crate::ps::Error::from)?;
             let rt = hosted.runtime("synkv-sched")?;
-            let transport = TcpTransport::new(cfg.limits);
+            let transport = TcpTransport::for_config(&cfg);
             let listener = block(&rt, transport.bind(&addr))
                 .map_err(|e| bind_error(Role::Scheduler, &addr, e, "another job may use the port: set SYNKV_ROOT_PORT to a free one"))?;
             let stop = hosted.stop.child_token();
@@ -122,7 +122,7 @@ impl Hosted {
             let addr = listen_addr(&cfg.node_host, 0);
             cfg.check_listen(&cfg.node_host).map_err(crate::ps::Error::from)?;
             let rt = hosted.runtime("synkv-server")?;
-            let transport = TcpTransport::new(cfg.limits);
+            let transport = TcpTransport::for_config(&cfg);
             let listener = block(&rt, transport.bind(&addr))
                 .map_err(|e| bind_error(Role::Server, &addr, e, "set SYNKV_NODE_HOST to an address of this machine"))?;
             let stop = hosted.stop.child_token();

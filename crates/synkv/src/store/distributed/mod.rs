@@ -219,7 +219,7 @@ impl DistStore {
             }
             None => None,
         };
-        let transport = TcpTransport::new(config.limits);
+        let transport = TcpTransport::for_config(config);
         let joining = Worker::connect(&transport, config, CancellationToken::new());
         let worker = match hosted.as_mut() {
             None => block(handle, joining)?,
