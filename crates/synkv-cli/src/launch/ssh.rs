@@ -207,6 +207,7 @@ impl SshJob<'_> {
         let mut plan =
             vec![Planned { label: "scheduler".into(), role: Part::Scheduler, cmd: scheduler, stdin: None, place: " on this host".into() }];
         let roles = (0..self.servers).map(|i| ("server", i)).chain((0..self.workers).map(|i| ("worker", i)));
+        let parts = self.cross_host_parts();
         for (role, i) in roles {
             let host = &self.hosts[i as usize % self.hosts.len()];
             let mut env: Vec<(String, String)> = [("DMLC_ROLE", role.to_owned())]
@@ -217,6 +218,7 @@ impl SshJob<'_> {
                 .map(|(k, v)| (k.to_owned(), v))
                 .collect();
             env.extend(self.env.iter().cloned());
+            env.extend(parts.clone());
             let argv: Vec<String> = if role == "server" { vec![self.remote_synkv.clone(), "server".into()] } else { self.command.to_vec() };
             let remote = remote_command(&self.cwd, &env, self.secret.is_some(), &argv);
             let mut cmd = Command::new(&self.ssh);
@@ -226,6 +228,18 @@ impl SshJob<'_> {
             plan.push(Planned { label: format!("{role} {i}"), role: part, cmd, stdin, place: format!(" on {host} via ssh") });
         }
         plan
+    }
+
+    /// `SYNKV_PARTITION_BYTES` for every process when the job spans more than one host and
+    /// the caller set neither it nor `SYNKV_MAX_FRAME_BYTES` (which caps it): parts small
+    /// enough to pipeline over a network (`ps::config::CROSS_HOST_PARTITION_BYTES`).
+    fn cross_host_parts(&self) -> Option<(String, String)> {
+        // Servers and workers are each placed round-robin from the first host.
+        let used = usize::try_from(self.servers.max(self.workers)).unwrap_or(usize::MAX).min(self.hosts.len());
+        let hosts: std::collections::HashSet<&str> = self.hosts[..used].iter().map(|h| h.host.as_str()).collect();
+        let set = |name: &str| self.env.iter().any(|(k, _)| k == name);
+        (hosts.len() > 1 && !set("SYNKV_PARTITION_BYTES") && !set("SYNKV_MAX_FRAME_BYTES"))
+            .then(|| ("SYNKV_PARTITION_BYTES".to_owned(), synkv::ps::config::CROSS_HOST_PARTITION_BYTES.to_string()))
     }
 }
 
@@ -369,16 +383,49 @@ mod tests {
             args[5],
             "cd '/work dir' && IFS= read -r SYNKV_SECRET && export SYNKV_SECRET && exec env DMLC_ROLE=server \
              DMLC_PS_ROOT_URI=10.0.0.9 DMLC_PS_ROOT_PORT=9000 DMLC_NUM_SERVER=3 DMLC_NUM_WORKER=2 DMLC_TASK_ID=1 \
-             DMLC_NODE_HOST=n1 DMLC_JOB_CLUSTER=ssh SYNKV_TIMEOUT_MS=5 /opt/synkv server"
+             DMLC_NODE_HOST=n1 DMLC_JOB_CLUSTER=ssh SYNKV_TIMEOUT_MS=5 SYNKV_PARTITION_BYTES=1048576 /opt/synkv server"
         );
         let worker: Vec<String> = plan[5].cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
-        assert!(worker[5].ends_with("DMLC_TASK_ID=1 DMLC_NODE_HOST=n1 DMLC_JOB_CLUSTER=ssh SYNKV_TIMEOUT_MS=5 ./train --lr '0.1 x'"));
+        assert!(worker[5].ends_with(
+            "DMLC_TASK_ID=1 DMLC_NODE_HOST=n1 DMLC_JOB_CLUSTER=ssh SYNKV_TIMEOUT_MS=5 SYNKV_PARTITION_BYTES=1048576 ./train --lr '0.1 x'"
+        ));
         for p in &plan {
             let shown = format!("{:?}", p.cmd);
             assert!(!shown.contains("hush"), "the secret is on a command line: {shown}");
         }
         assert_eq!(plan[1].stdin.as_deref(), Some(&b"hush\n"[..]));
         assert!(plan[0].stdin.is_none());
+    }
+
+    /// A job over several hosts gets parts that pipeline over a network, unless the caller
+    /// chose the size (or the frame limit that caps it); a job on one host keeps synkv's default.
+    #[test]
+    fn a_job_over_several_hosts_gets_network_sized_parts() {
+        let parts_of = |hostfile: &str, servers: u32, workers: u32, env: &[(&str, &str)]| {
+            let hosts = super::super::hostfile::parse("h", hostfile).unwrap();
+            let job = SshJob {
+                hosts: &hosts,
+                ssh: "ssh".into(),
+                local_synkv: Path::new("/opt/synkv"),
+                remote_synkv: "/opt/synkv".into(),
+                cwd: "/".into(),
+                root_uri: "10.0.0.9".into(),
+                root_port: 9000,
+                servers,
+                workers,
+                command: &[],
+                env: env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+                secret: None,
+                host_key_checking: None,
+            };
+            job.cross_host_parts().map(|(_, v)| v)
+        };
+        assert_eq!(parts_of("n0\nn1\n", 2, 2, &[]).as_deref(), Some("1048576"));
+        assert_eq!(parts_of("n0\nn1\n", 1, 2, &[]).as_deref(), Some("1048576"), "the second worker is on n1");
+        assert_eq!(parts_of("n0\nn1\n", 1, 1, &[]), None, "only n0 is used");
+        assert_eq!(parts_of("n0\nalice@n0:2222\n", 2, 2, &[]), None, "one host, two logins");
+        assert_eq!(parts_of("n0\nn1\n", 2, 2, &[("SYNKV_PARTITION_BYTES", "4194304")]), None);
+        assert_eq!(parts_of("n0\nn1\n", 2, 2, &[("SYNKV_MAX_FRAME_BYTES", "1048576")]), None);
     }
 
     #[test]

@@ -39,8 +39,15 @@ fn is_loopback(host: &str) -> bool {
 /// Most servers or workers a cluster may have (per role).
 pub const MAX_NODES_PER_ROLE: u32 = 16_384;
 
-/// Default `SYNKV_PARTITION_BYTES` (capped at `SYNKV_MAX_FRAME_BYTES / 8`).
+/// Default `SYNKV_PARTITION_BYTES` (capped at `SYNKV_MAX_FRAME_BYTES / 8`): the best size on
+/// one host, where every part costs CPU and none waits for a link.
 pub const DEFAULT_PARTITION_BYTES: u64 = 16 << 20;
+
+/// Default `SYNKV_PARTITION_BYTES` of a job its launcher knows to span hosts (torchrun, Slurm
+/// or MPI with more than one node, `synkv launch --hosts` with more than one host): parts this
+/// small let a pushpull's answers travel while its later parts are pushed (4+4 hosts at
+/// 1 Gbit/s, 16M f32: 632 ms with 1 MiB parts, 1174 ms with 16 MiB; BENCHMARKS.md).
+pub const CROSS_HOST_PARTITION_BYTES: u64 = 1 << 20;
 
 /// Settings of one distributed process.
 #[derive(Clone, Debug)]
@@ -230,6 +237,11 @@ impl Config {
     }
 
     fn from_lookup(get: &Lookup<'_>) -> Result<Config, ConfigError> {
+        Config::from_lookup_with(get, DEFAULT_PARTITION_BYTES)
+    }
+
+    /// [`Config::from_lookup`] with `default_partition` for an unset `SYNKV_PARTITION_BYTES`.
+    fn from_lookup_with(get: &Lookup<'_>, default_partition: u64) -> Result<Config, ConfigError> {
         let role = match get("DMLC_ROLE")? {
             None => Role::Worker,
             Some(r) => r.trim().parse().map_err(|_| err("DMLC_ROLE", format!("{r:?} is not a role"), "scheduler, server or worker"))?,
@@ -294,7 +306,7 @@ impl Config {
         let partition_cap = max_frame_bytes / 8;
         let partition_bytes =
             match number::<u64>(get, "SYNKV_PARTITION_BYTES", None, (4 << 10, 1 << 40), "bytes in 4096..=SYNKV_MAX_FRAME_BYTES/8")? {
-                None => DEFAULT_PARTITION_BYTES.min(partition_cap),
+                None => default_partition.min(partition_cap),
                 Some(p) if p <= partition_cap => p,
                 Some(p) => {
                     return Err(err(
@@ -404,12 +416,17 @@ impl Config {
             return Config::from_lookup(get);
         };
         let overlay = launch.dmlc_vars();
-        let config = Config::from_lookup(&|var| match overlay.iter().find(|(k, _)| *k == var) {
-            Some((_, v)) => Ok(Some(v.clone())),
-            // `PORT` is a common variable on container platforms; hosted servers take any free port.
-            None if var == "PORT" => Ok(None),
-            None => get(var),
-        })?;
+        // Every process of the launch sees the same node count, so all pick the same parts.
+        let parts = if launch.num_nodes() > 1 { CROSS_HOST_PARTITION_BYTES } else { DEFAULT_PARTITION_BYTES };
+        let config = Config::from_lookup_with(
+            &|var| match overlay.iter().find(|(k, _)| *k == var) {
+                Some((_, v)) => Ok(Some(v.clone())),
+                // `PORT` is a common variable on container platforms; hosted servers take any free port.
+                None if var == "PORT" => Ok(None),
+                None => get(var),
+            },
+            parts,
+        )?;
         Ok(Config { placement: Some(launch.placement()), ..config })
     }
 

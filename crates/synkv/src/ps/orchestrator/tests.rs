@@ -422,3 +422,21 @@ fn the_worker_config_lays_the_launch_over_the_environment() {
     let e = Config::from_worker_map([("RANK", "0"), ("WORLD_SIZE", "1"), ("SYNKV_SERVER_REPLICAS", "1")], None).unwrap_err();
     assert_eq!(e.var, "SYNKV_SERVER_REPLICAS");
 }
+
+/// All processes of a launch over several nodes default to parts that pipeline over a
+/// network; on one node, or with the size set, the usual rule holds.
+#[test]
+fn a_launch_over_several_nodes_defaults_to_network_sized_parts() {
+    use crate::ps::config::{CROSS_HOST_PARTITION_BYTES, DEFAULT_PARTITION_BYTES};
+    let parts = |vars: Vec<(&'static str, String)>| Config::from_worker_map(vars, Some("node1")).unwrap().partition_bytes;
+    for rank in 0..8 {
+        assert_eq!(parts(torch(rank, 2, 4)), CROSS_HOST_PARTITION_BYTES, "rank {rank} of 2 nodes");
+        assert_eq!(parts(torch(rank, 1, 8)), DEFAULT_PARTITION_BYTES, "rank {rank} of 1 node");
+    }
+    let mut set = torch(5, 2, 4);
+    set.push(("SYNKV_PARTITION_BYTES", "4194304".to_owned()));
+    assert_eq!(parts(set), 4 << 20);
+    let mut capped = torch(5, 2, 4);
+    capped.push(("SYNKV_MAX_FRAME_BYTES", "2097152".to_owned()));
+    assert_eq!(parts(capped), 256 << 10, "capped at SYNKV_MAX_FRAME_BYTES / 8");
+}
