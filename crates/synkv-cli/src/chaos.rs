@@ -36,9 +36,13 @@ pub(crate) struct ChaosArgs {
     /// Servers of the job.
     #[arg(short = 's', long, default_value_t = 2)]
     servers: u32,
-    /// Small keys (4 floats each); one more key is split over the servers.
+    /// Small keys (`--key-elems` floats each); one more key is split over the servers.
     #[arg(long, default_value_t = 20)]
     keys: usize,
+    /// Floats of each small key; from 4096 (16 KiB) the rounds one push completes update
+    /// side by side on the servers (with --replicas, their changes replicate in batches).
+    #[arg(long, default_value_t = 4)]
+    key_elems: usize,
     /// Floats of the split key.
     #[arg(long, default_value_t = 5000)]
     split_elems: usize,
@@ -482,7 +486,7 @@ fn start(args: &ChaosArgs, dir: &Path, seed: u64) -> Result<Vec<Proc>> {
     for i in 0..args.workers {
         let mut cmd = base("worker", Some(i));
         cmd.args(["selftest", "dist", "chaos", "--store", &args.store]);
-        cmd.args(["--keys", &args.keys.to_string(), "--size", &args.split_elems.to_string()]);
+        cmd.args(["--keys", &args.keys.to_string(), "--key-elems", &args.key_elems.to_string(), "--size", &args.split_elems.to_string()]);
         cmd.args(["--repeat", &args.rounds.to_string(), "--max-delay-ms", &args.max_delay_ms.to_string()]);
         cmd.args(["--seed", &seed.to_string()]);
         procs.push(Proc::start(format!("worker {i}"), cmd, args.verbose)?);

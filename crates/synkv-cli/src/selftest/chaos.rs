@@ -2,7 +2,7 @@
 //! known exactly, so that a run interrupted by kills and restarted from its checkpoints can be
 //! checked for lost or doubled updates.
 //!
-//! `--keys K` small keys `c0…` (4 floats) and one key `split` of `--size` floats (split over
+//! `--keys K` small keys `c0…` (`--key-elems`, default 4 floats) and one key `split` of `--size` floats (split over
 //! the servers by the harness's small `MXNET_KVSTORE_BIGARRAY_BOUND`), the Test optimizer
 //! (`w += g`). In round `r` (one push call of every key, then a pull of every key) worker `w`
 //! pushes `(w + 1) · (1 + (r + k) mod 5)` to key `k` (the split key is key `K`), after a random
@@ -48,7 +48,7 @@ pub(super) fn chaos(kv: &KVStore, args: &DistArgs) -> Result<()> {
     kv.set_optimizer(Optimizer::test().with_rescale_grad(1.0))?;
     let mut names: Vec<String> = (0..args.keys).map(|k| format!("c{k}")).collect();
     names.push("split".into());
-    let shapes: Vec<Vec<usize>> = (0..names.len()).map(|k| if k < args.keys { vec![4] } else { vec![args.size.max(1)] }).collect();
+    let shapes: Vec<Vec<usize>> = (0..names.len()).map(|k| if k < args.keys { vec![args.key_elems.max(1)] } else { vec![args.size.max(1)] }).collect();
     let keys: Vec<&str> = names.iter().map(String::as_str).collect();
     let inits: Vec<NDArray> = shapes.iter().enumerate().map(|(k, s)| full(s, k as f64, DType::F32)).collect();
     kv.init(keys.clone(), &inits)?;

@@ -51,6 +51,10 @@ pub(crate) struct DistArgs {
     /// a batch of rounds the server updates side by side.
     #[arg(long, default_value_t = 0)]
     batch_keys: usize,
+    /// Floats of each of chaos's small keys: from 4096 (16 KiB) the rounds one push completes
+    /// update side by side on the servers.
+    #[arg(long, default_value_t = 4)]
+    key_elems: usize,
     /// Elements of the key (big-states, hold).
     #[arg(long, default_value_t = 100_000)]
     size: usize,

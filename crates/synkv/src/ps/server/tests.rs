@@ -667,7 +667,12 @@ struct Pair {
 }
 
 fn pair(workers: u32) -> Pair {
-    let s = Settings { num_servers: 2, replicas: true, ..settings(workers) };
+    pair_with(settings(workers))
+}
+
+/// A [`Pair`] of servers with `s` (their rank, server count and replicas set here).
+fn pair_with(s: Settings) -> Pair {
+    let s = Settings { rank: 0, num_servers: 2, replicas: true, ..s };
     let primary = harness_with(s.clone());
     let backup = harness_with(Settings { rank: 1, ..s });
     let (link, rx) = Outbox::unbounded();
@@ -863,4 +868,69 @@ fn batch_case(threads: super::core::UpdateThreads) -> u64 {
     assert_eq!(loaded.state_count(), keys as usize);
     assert!(loaded.save_states() == reference.save_states(), "states, counts and num_update differ from the sequential updater's");
     crate::ps::metrics::METRICS.server.parallel_rounds.get() - before
+}
+
+/// With a backup copy, the rounds one request completes still run as a parallel batch: the
+/// backup gets each round's change in the batch's order and, promoted, serves the same bits;
+/// both equal those of a primary updating one by one.
+#[test]
+fn replicated_rounds_completed_together_update_in_parallel_and_the_backup_follows_bit_for_bit() {
+    use super::core::UpdateThreads;
+    let before = crate::ps::metrics::METRICS.server.parallel_rounds.get();
+    let (parallel, backup) = replicated_batch_case(UpdateThreads::new(Some(3)));
+    let ran = crate::ps::metrics::METRICS.server.parallel_rounds.get() - before;
+    assert!(ran >= 2 * 3 * 16, "the updates (3 rounds) and assigns (3 rounds) of 16 keys ran in parallel batches ({ran})");
+    let (one_by_one, _) = replicated_batch_case(UpdateThreads::One);
+    let bits = |v: &[Vec<f32>]| v.iter().map(|x| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>()).collect::<Vec<_>>();
+    assert!(bits(&parallel) == bits(&backup), "the promoted backup serves the primary's values");
+    assert!(bits(&parallel) == bits(&one_by_one), "a parallel batch updates exactly as one by one");
+}
+
+/// 16 keys × 8192 f32, 2 workers: 3 rounds of pushes assigned, then 3 under Adam (a schedule
+/// on `num_update`), every request completing 16 rounds at once; returns the
+/// primary's values and those the backup serves once promoted.
+fn replicated_batch_case(threads: super::core::UpdateThreads) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
+    use crate::optimizer::{Adam, LrScheduler};
+    let (keys, len) = (16u64, 8192usize);
+    let mut p = pair_with(Settings { threads, ..settings(2) });
+    p.replicate(true);
+    let answered = |p: &mut Pair, n: usize| {
+        p.replicate(true);
+        let r = p.primary.replies();
+        assert_eq!(r.len(), n, "answered once the backup acknowledged");
+        assert!(r.iter().all(|m| m.command == Command::Reply), "{:?}", r.iter().map(|m| &m.meta.text).collect::<Vec<_>>());
+    };
+    let init: Vec<(u64, Vec<f32>)> = (0..keys).map(|k| (k, (0..len).map(|i| ((i as f32) * 0.001).cos() + k as f32).collect())).collect();
+    p.primary.send(0, data(Command::Push, Flags::INIT, &init));
+    answered(&mut p, 1);
+    let grad = |w: u64, k: u64, round: u64| -> Vec<f32> {
+        (0..len).map(|i| ((i as u64 * 3 + k * 11 + w * 7 + round) % 19) as f32 * 0.1 - 0.9).collect()
+    };
+    for round in 0..6u64 {
+        if round == 3 {
+            // Rounds 0-2 assigned the sums (no optimizer: an assign's change is the new
+            // value); from here on Adam updates them (the change is the sum).
+            let adam = Optimizer::from(Adam::default()).with_learning_rate(0.05).with_lr_scheduler(LrScheduler::factor(1, 0.5));
+            p.primary.send(0, Message::server_command(ServerCmd::SetOptimizer.id(), adam.to_json().into()));
+            answered(&mut p, 1);
+        }
+        for w in 0..2 {
+            p.primary.send(
+                u32::try_from(w).unwrap(),
+                data(Command::Push, Flags::NONE, &(0..keys).map(|k| (k, grad(w, k, round))).collect::<Vec<_>>()),
+            );
+        }
+        answered(&mut p, 2);
+    }
+    let primary: Vec<Vec<f32>> = (0..keys).map(|k| p.primary.pull(k, len as u64)).collect();
+    p.backup.core.on_event(Event::Promote(vec![0]));
+    let backup = (0..keys)
+        .map(|k| {
+            p.backup.send(0, for_partition_0(pull_of(k, len as u64)));
+            let r = p.backup.replies();
+            assert_eq!(r[0].command, Command::Reply, "{}", r[0].meta.text);
+            values(&r[0]).remove(0)
+        })
+        .collect();
+    (primary, backup)
 }

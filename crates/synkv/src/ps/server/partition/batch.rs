@@ -10,20 +10,24 @@
 //! them, so results are identical to the sequential path's (`tests.rs` compares them).
 //!
 //! Large arrays are already split across threads by the kernels; a batch matters for many
-//! small and medium keys, each too short to split. Rounds that replicate to a backup copy,
-//! row_sparse rounds and failed rounds run one by one as before, and so does a batch too
-//! small to be worth waking the pool. The batch's rounds are traced (sum and update spans)
-//! as the one-by-one rounds are.
+//! small and medium keys, each too short to split. Row_sparse rounds and failed rounds run one
+//! by one as before, and so does a batch too small to be worth waking the pool. With a backup
+//! copy (`SYNKV_SERVER_REPLICAS=1`) each job keeps what its round changed (the sum an update
+//! was applied to, or an assign's new value), and the backup gets those changes in the
+//! batch's order before the rounds settle — the messages the one-by-one path sends, sent after
+//! the updates instead of beside them. The batch's rounds are traced (sum and update spans) as
+//! the one-by-one rounds are.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use rayon::prelude::*;
 
-use super::{spans, Finished, Partition, RoundResult};
+use super::replica::RoundChange;
+use super::{spans, Finished, Partition, RoundResult, SEND_AT_ONCE};
 use crate::optimizer::{LentUpdate, Optimizer, Updater};
 use crate::ps::proto::Chunk;
-use crate::ps::server::entry::{Entry, Upd};
+use crate::ps::server::entry::{Applied, Entry, Upd};
 use crate::ps::server::error::ServerError;
 use crate::ps::transport::share::BroadcastHub;
 use crate::ps::transport::shm::Broadcast;
@@ -43,12 +47,14 @@ struct Job {
     entry: Option<Entry>,
     lent: Option<Result<LentUpdate, ServerError>>,
     result: RoundResult,
+    /// With a backup copy: the sum the update was applied to, for the backup.
+    sum: Option<Chunk>,
     /// When the update started, when its sum was complete (an update), when it ended.
     times: Option<(Instant, Option<Instant>, Instant)>,
 }
 
 impl Job {
-    fn run(&mut self, entry: &mut Entry, opt: Option<&Optimizer>, shared: Option<&Arc<Broadcast>>, traced: bool) {
+    fn run(&mut self, entry: &mut Entry, opt: Option<&Optimizer>, shared: Option<&Arc<Broadcast>>, (traced, replicating): (bool, bool)) {
         let started = Instant::now();
         let key = self.f.key;
         let upd = match (&mut self.lent, opt) {
@@ -60,20 +66,33 @@ impl Job {
             _ => None,
         };
         let held = std::mem::take(&mut self.f.held);
-        let mut summed = None;
-        let mut on_sum = |_| summed = Some(Instant::now());
-        let on_sum: Option<&mut dyn FnMut(Chunk)> = if traced { Some(&mut on_sum) } else { None };
-        // Not replicating (see `batchable`): an assign has nothing to send.
-        self.result = entry.finish_dense(held, self.f.accumulated, upd, on_sum, shared).map(|_| None).map_err(|e| e.at(key));
+        let (mut summed, mut sum) = (None, None);
+        let mut on_sum = |chunk: Chunk| {
+            summed = Some(Instant::now());
+            if replicating {
+                sum = Some(chunk);
+            }
+        };
+        let on_sum: Option<&mut dyn FnMut(Chunk)> = if traced || replicating { Some(&mut on_sum) } else { None };
+        // An assign's change is its new value, which `settle` sends to the backup (as the
+        // one-by-one path does); an update's is its sum, sent before the round settles.
+        self.result = entry
+            .finish_dense(held, self.f.accumulated, upd, on_sum, shared)
+            .map(|applied| match applied {
+                Applied::Assign if replicating => Some(RoundChange::Assign(entry.value_chunk())),
+                _ => None,
+            })
+            .map_err(|e| e.at(key));
+        self.sum = sum;
         let end = Instant::now();
         crate::ps::metrics::METRICS.server.update.observe(end - started);
         self.times = Some((started, summed, end));
     }
 
     /// Runs the update of a job whose entry was taken out.
-    fn run_taken(&mut self, opt: Option<&Optimizer>, shared: Option<&Arc<Broadcast>>, traced: bool) {
+    fn run_taken(&mut self, opt: Option<&Optimizer>, shared: Option<&Arc<Broadcast>>, flags: (bool, bool)) {
         if let Some(mut entry) = self.entry.take() {
-            self.run(&mut entry, opt, shared, traced);
+            self.run(&mut entry, opt, shared, flags);
             self.entry = Some(entry);
         }
     }
@@ -87,7 +106,7 @@ impl Partition {
 
     /// Whether a taken round may wait in the batch (see the module docs).
     pub(super) fn batchable(&self, f: &Finished) -> bool {
-        f.failed.is_none() && f.rows.is_empty() && !self.repl.active() && self.keys.get(&f.key).is_some_and(|e| !e.is_rows())
+        f.failed.is_none() && f.rows.is_empty() && self.keys.get(&f.key).is_some_and(|e| !e.is_rows())
     }
 
     /// Closes the batch: runs its updates (the large entries' on several threads when it is
@@ -120,17 +139,18 @@ impl Partition {
                 _ => None,
             };
             let entry = if large > 0 { self.keys.remove(&f.key) } else { None };
-            jobs.push(Job { f, entry, lent, result: Ok(None), times: None });
+            jobs.push(Job { f, entry, lent, result: Ok(None), sum: None, times: None });
         }
         let opt = self.updater.as_ref().map(Updater::optimizer);
         let shared = self.settings.shared.as_deref().and_then(BroadcastHub::existing);
         let (rec, updating) = (spans::recorder(), opt.is_some());
+        let flags = (rec.is_some(), self.repl.active());
         let threads = &self.settings.threads;
         let keys = &mut self.keys;
-        threads.install(|| jobs.par_iter_mut().filter(|j| j.entry.is_some()).for_each(|j| j.run_taken(opt, shared, rec.is_some())));
+        threads.install(|| jobs.par_iter_mut().filter(|j| j.entry.is_some()).for_each(|j| j.run_taken(opt, shared, flags)));
         for job in jobs.iter_mut().filter(|j| j.entry.is_none()) {
             if let Some(entry) = keys.get_mut(&job.f.key) {
-                job.run(entry, opt, shared, rec.is_some());
+                job.run(entry, opt, shared, flags);
             }
         }
         // Every state and entry is back before any round settles (settling may start the
@@ -146,9 +166,18 @@ impl Partition {
             if let (Some(u), Some(Ok(lent))) = (self.updater.as_mut(), job.lent) {
                 u.give_back(lent);
             }
-            settled.push((job.f, job.result));
+            settled.push((job.f, job.result, job.sum));
         }
-        for (f, result) in settled {
+        for (f, result, sum) in settled {
+            // The backup gets an update's sum before the round settles, with the round id the
+            // one-by-one path gives it (the entry's, taken rounds already counted).
+            if let (Some(sum), Ok(_), Some(entry)) = (sum, &result, self.keys.get(&f.key)) {
+                let big = sum.data.len() >= SEND_AT_ONCE;
+                self.repl.add_round(f.key, entry.round.id, RoundChange::Update(sum), self.settings.page_bytes);
+                if big {
+                    self.repl.flush();
+                }
+            }
             self.settle(f, result);
         }
     }
