@@ -48,7 +48,8 @@ pub(super) fn chaos(kv: &KVStore, args: &DistArgs) -> Result<()> {
     kv.set_optimizer(Optimizer::test().with_rescale_grad(1.0))?;
     let mut names: Vec<String> = (0..args.keys).map(|k| format!("c{k}")).collect();
     names.push("split".into());
-    let shapes: Vec<Vec<usize>> = (0..names.len()).map(|k| if k < args.keys { vec![args.key_elems.max(1)] } else { vec![args.size.max(1)] }).collect();
+    let shapes: Vec<Vec<usize>> =
+        (0..names.len()).map(|k| if k < args.keys { vec![args.key_elems.max(1)] } else { vec![args.size.max(1)] }).collect();
     let keys: Vec<&str> = names.iter().map(String::as_str).collect();
     let inits: Vec<NDArray> = shapes.iter().enumerate().map(|(k, s)| full(s, k as f64, DType::F32)).collect();
     kv.init(keys.clone(), &inits)?;
