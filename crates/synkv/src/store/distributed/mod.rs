@@ -231,6 +231,12 @@ impl DistStore {
                 }
             })?,
         };
+        if worker.rank() == 0 {
+            let servers = worker.cluster().nodes_of(Role::Server);
+            if let Some(hint) = config.partition_hint(&config.node_host, servers.iter().map(|n| n.host.as_str())) {
+                tracing::warn!("{hint}");
+            }
+        }
         // A restarted worker joins a running job: the others are past the start-up barrier.
         if !worker.rejoined() {
             if worker.rank() == 0 {
