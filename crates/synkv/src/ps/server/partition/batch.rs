@@ -170,8 +170,9 @@ impl Partition {
         }
         for (f, result, sum) in settled {
             // The backup gets an update's sum before the round settles, with the round id the
-            // one-by-one path gives it (the entry's, taken rounds already counted).
-            if let (Some(sum), Ok(_), Some(entry)) = (sum, &result, self.keys.get(&f.key)) {
+            // one-by-one path gives it (the entry's, taken rounds already counted) — also when
+            // the update then failed, as the one-by-one path sends the sum before updating.
+            if let (Some(sum), Some(entry)) = (sum, self.keys.get(&f.key)) {
                 let big = sum.data.len() >= SEND_AT_ONCE;
                 self.repl.add_round(f.key, entry.round.id, RoundChange::Update(sum), self.settings.page_bytes);
                 if big {
