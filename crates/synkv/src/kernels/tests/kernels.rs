@@ -194,3 +194,17 @@ proptest! {
         }
     }
 }
+
+/// An answered part copied into a loaned output: the same bytes whether the whole output is
+/// large enough to stream the part or not (odd offsets and an odd length).
+#[test]
+fn an_answered_part_lands_exactly_whether_it_streams_or_not() {
+    let n = (300 << 10) + 5;
+    let src: Vec<u8> = (0..n + 3).map(|i| (i * 31 % 251) as u8).collect();
+    for whole in [1 << 10, 64 << 20] {
+        let mut dst = vec![0u8; n + 7];
+        crate::kernels::copy_element_bytes(&mut dst[7..], &src[3..], whole);
+        assert!(dst[7..] == src[3..], "whole output of {whole} bytes");
+        assert!(dst[..7].iter().all(|b| *b == 0), "nothing written before the part");
+    }
+}

@@ -73,7 +73,8 @@ pub(crate) fn write_back(
                         if src.len() != dst.len() || reply.chunks[j].dtype != codec::dtype_code(item.info.dtype) {
                             return Err(fail(codec::CodecError::Length { expected: dst.len(), got: src.len() }));
                         }
-                        crate::kernels::copy_element_bytes(dst, src);
+                        let whole = item.info.shape.size() * item.info.dtype.size_of();
+                        crate::kernels::copy_element_bytes(dst, src, whole);
                     }
                     outs = outs.get(1..).unwrap_or(&[]);
                     if !outs.is_empty() && reply.flags.contains(Flags::LANDED) {
