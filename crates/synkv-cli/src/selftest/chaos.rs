@@ -2,8 +2,9 @@
 //! known exactly, so that a run interrupted by kills and restarted from its checkpoints can be
 //! checked for lost or doubled updates.
 //!
-//! `--keys K` small keys `c0…` (`--key-elems`, default 4 floats) and one key `split` of `--size` floats (split over
-//! the servers by the harness's small `MXNET_KVSTORE_BIGARRAY_BOUND`), the Test optimizer
+//! `--keys K` small keys `c0…` (`--key-elems` floats, default 4) and one key `split` of
+//! `--size` floats (split over the servers by the harness's small
+//! `MXNET_KVSTORE_BIGARRAY_BOUND`), the Test optimizer
 //! (`w += g`). In round `r` (one push call of every key, then a pull of every key) worker `w`
 //! pushes `(w + 1) · (1 + (r + k) mod 5)` to key `k` (the split key is key `K`), after a random
 //! pause of up to `--max-delay-ms`. All values are integers far below 2^24, so f32 sums are

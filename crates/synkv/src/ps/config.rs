@@ -439,17 +439,16 @@ impl Config {
     /// servers are on other hosts than this worker (`my_host`) while the part size is the
     /// one-host default: such parts do not pipeline across a network.
     pub fn partition_hint<'a>(&self, my_host: &str, server_hosts: impl IntoIterator<Item = &'a str>) -> Option<String> {
-        let local = |h: &str| h == "localhost" || h.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
-        let default = self.partition_bytes_default && self.placement.is_none() && self.partition_bytes == DEFAULT_PARTITION_BYTES;
-        let elsewhere = server_hosts.into_iter().find(|h| *h != my_host && !(local(h) && local(my_host)))?;
-        default.then(|| {
-            format!(
-                "this worker ({my_host}) and a server ({elsewhere}) are on different hosts, and SYNKV_PARTITION_BYTES is unset: \
+        if !(self.partition_bytes_default && self.placement.is_none() && self.partition_bytes == DEFAULT_PARTITION_BYTES) {
+            return None;
+        }
+        let elsewhere = server_hosts.into_iter().find(|h| *h != my_host && !(is_loopback(h) && is_loopback(my_host)))?;
+        Some(format!(
+            "this worker ({my_host}) and a server ({elsewhere}) are on different hosts, and SYNKV_PARTITION_BYTES is unset: \
                  keys travel in parts of 16 MiB, the size for one host, which do not pipeline across a network (4+4 hosts at \
                  1 Gbit/s, 16M f32: 1174 ms against 632 ms with 1 MiB parts); set SYNKV_PARTITION_BYTES=1048576 on every \
                  process (launchers that know the hosts do: synkv launch --hosts, torchrun, Slurm, MPI)"
-            )
-        })
+        ))
     }
 
     /// A server's budget of received, unprocessed frame bytes, shared by all its connections

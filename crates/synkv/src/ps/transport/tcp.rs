@@ -92,6 +92,9 @@ fn set_congestion<S>(_socket: &S, _name: &str) -> std::io::Result<()> {
 /// congestion control: synkv's many-to-many flows share links unfairly under BBR v1.
 fn hint_at_bbr(stream: &TcpStream, peer: &SocketAddr) {
     static ONCE: std::sync::Once = std::sync::Once::new();
+    if ONCE.is_completed() {
+        return;
+    }
     #[cfg(target_os = "linux")]
     let algorithm = socket2::SockRef::from(stream).tcp_congestion().unwrap_or_default();
     #[cfg(not(target_os = "linux"))]
