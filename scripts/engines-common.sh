@@ -37,9 +37,10 @@ ensure_packages() {
     command -v "$need" >/dev/null 2>&1
 }
 
-# A TCP port that is free on 127.0.0.1 right now.
+# A TCP port that is free on 127.0.0.1 right now, below the ephemeral range (where outgoing
+# connections could take it before the process we hand it to binds it): the tests' ports.py.
 free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    PYTHONPATH="$(dirname "${BASH_SOURCE[0]}")/../crates/synkv-python/python/tests" python3 -c 'from ports import free_port; print(free_port())'
 }
 
 # The synkv binary: $SYNKV_BIN, else the debug build (which `cargo test` has just built).

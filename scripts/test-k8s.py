@@ -16,7 +16,6 @@ Usage: python3 scripts/test-k8s.py [SYNKV_BINARY]  (default: $SYNKV_BIN, else ca
 Needs PyYAML (falls back to Debian's /usr/bin/python3; skips with a message if neither has it).
 """
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -76,10 +75,8 @@ def pod_env(container, index, pod_ip, secrets):
     return env
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates", "synkv-python", "python", "tests"))
+from ports import free_port  # noqa: E402  (below the ephemeral range: nothing else takes it)
 
 
 def check_manifest(path, synkv):

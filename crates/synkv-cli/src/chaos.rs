@@ -447,7 +447,7 @@ fn one_run(
 /// Starts a scheduler, the servers and the workers on a free port.
 fn start(args: &ChaosArgs, dir: &Path, seed: u64) -> Result<Vec<Proc>> {
     let exe = std::env::current_exe().context("locating the synkv executable")?;
-    let port = crate::ports::free_port("127.0.0.1").context("finding a free port for the scheduler")?;
+    let port = synkv::ps::transport::ports::free_port("127.0.0.1").context("finding a free port for the scheduler")?;
     // Chaos runs are authenticated and sealed like every launched job.
     let secret = synkv::ps::Secret::generate().context("generating the job's secret")?;
     let base = |role: &str, task: Option<u32>| {

@@ -16,7 +16,6 @@ mod chaos;
 mod demo;
 mod dist_demo;
 mod launch;
-mod ports;
 mod progress;
 mod rng;
 mod roles;

@@ -36,9 +36,11 @@ pub fn synkv_command() -> Command {
     command(synkv())
 }
 
-/// A free port on 127.0.0.1 (bound, then released).
+/// A free port on 127.0.0.1 for a process to listen on, outside the ephemeral range (where a
+/// released `:0` port can be taken by any outgoing connection before the process binds it) and
+/// never the same twice in this test binary (`synkv::ps::transport::ports`).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+    synkv::ps::transport::ports::free_port("127.0.0.1").expect("a free port")
 }
 
 /// A running process whose stdout and stderr are collected.

@@ -285,7 +285,7 @@ pub(crate) fn run_job(spec: &JobSpec) -> Result<u8> {
 /// The local launcher's processes: everything on this host, the scheduler on 127.0.0.1.
 fn local_plan(spec: &JobSpec) -> Result<Vec<Planned>> {
     let (workers, servers) = (spec.workers, spec.servers);
-    let port = crate::ports::free_port("127.0.0.1").context("finding a free port for the scheduler")?;
+    let port = synkv::ps::transport::ports::free_port("127.0.0.1").context("finding a free port for the scheduler")?;
     let exe = std::env::current_exe().context("locating the synkv executable")?;
     let common = |cmd: &mut Command, role: &str, task: Option<u32>| {
         cmd.env("DMLC_ROLE", role)
@@ -383,7 +383,7 @@ fn free_port(host: &str) -> Result<u16> {
     std::net::TcpListener::bind(&addr).with_context(|| {
         format!("binding the scheduler's address {addr}: the scheduler runs on this host, so --root-uri (or DMLC_PS_ROOT_URI) must be one of this host's addresses")
     })?;
-    crate::ports::free_port(host)
+    Ok(synkv::ps::transport::ports::free_port(host)?)
 }
 
 /// `--dry-run`: each process's command as a shell line, with `secret` replaced wherever it

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from envs import clean_env
+from ports import free_port
 from test_dist import BIN
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -57,11 +58,7 @@ def test_a_worker_sleeping_three_times_the_timeout_between_sync_pushes_is_waited
 def test_a_close_that_fails_at_interpreter_exit_is_a_nonzero_exit():
     # A job started role by role: worker 0 finishes and waits, at interpreter exit, for worker
     # 1 (which trains on); then the scheduler dies. Worker 0's close fails: exit status 1.
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     base = env(DMLC_PS_ROOT_URI="127.0.0.1", DMLC_PS_ROOT_PORT=str(port), DMLC_NUM_SERVER="1", DMLC_NUM_WORKER="2")
     procs = []
     try:

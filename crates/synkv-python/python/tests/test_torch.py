@@ -7,7 +7,6 @@ Skipped when torch is not importable (scripts/test-python.sh installs Debian's p
 
 import copy
 import os
-import socket
 import subprocess
 import sys
 
@@ -18,6 +17,7 @@ torch = pytest.importorskip("torch")
 
 import synkv  # noqa: E402
 import synkv.torch as skv  # noqa: E402
+from ports import free_port  # noqa: E402
 from test_dist import BIN, HERE  # noqa: E402
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
@@ -132,10 +132,6 @@ def test_compression_names():
     assert skv.Compression.onebit.store_params == {"type": "1bit", "threshold": 0.0}
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(workers, servers, mode, *args):
@@ -225,7 +221,7 @@ def torchrun_env(rank, world, port):
 @pytest.mark.parametrize("mode", ["collectives", "server_optimizer"])
 def test_processes_started_with_torchruns_variables_form_a_job(mode):
     """No synkv launch: rank 0 hosts the scheduler, local rank 0 a server (docs/dist-env.md)."""
-    port = free_port()
+    port = free_port(2)  # MASTER_PORT, and synkv's scheduler at MASTER_PORT + 1
     procs = [
         subprocess.Popen([sys.executable, str(HERE / "torch_worker.py"), mode], env=torchrun_env(r, 2, port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for r in range(2)
@@ -246,7 +242,7 @@ def test_processes_started_with_torchruns_variables_form_a_job(mode):
 def test_real_torchrun():
     if tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 0) and sys.version_info >= (3, 11):
         pytest.skip("torch 1.13's torchrun fails on Python 3.11 (its Std enum); checked by hand with torch 2.5.1 (docs/torch.md)")
-    port = free_port()
+    port = free_port(2)  # MASTER_PORT, and synkv's scheduler at MASTER_PORT + 1
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DMLC_", "SLURM_", "OMPI_", "PMI_", "PET_", "SYNKV_"))}
     env.update(SYNKV_TIMEOUT_MS="60000", OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port), str(HERE / "torch_worker.py"), "collectives"]

@@ -22,6 +22,7 @@
 //!   bytes of data frames through them (`SYNKV_SHM`), the frames carrying descriptors; a
 //!   server's broadcast segment (`shm/broadcast.rs`) holds answers every local worker reads;
 //!   `share.rs` agrees on them when a worker connects.
+//! - `ports.rs` — [`ports::free_port`]: ports for a job's listeners, outside the ephemeral range.
 //!
 //! Addresses are `host:port` strings throughout, as the `DMLC_*` variables give them.
 
@@ -30,6 +31,7 @@ mod connection;
 mod gate;
 pub mod landing;
 mod mem;
+pub mod ports;
 mod reader;
 mod seal;
 pub mod share;

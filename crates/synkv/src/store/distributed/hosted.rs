@@ -249,7 +249,7 @@ mod tests {
     }
 
     fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+        crate::ps::transport::ports::free_port("127.0.0.1").expect("a free port")
     }
 
     #[test]
