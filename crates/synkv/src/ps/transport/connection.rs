@@ -362,16 +362,10 @@ mod tests {
         assert!(matches!(rx.read_message().await, Err(Error::Protocol { .. })));
     }
 
-    #[tokio::test]
-    async fn an_answer_to_several_local_workers_is_copied_once_into_the_broadcast_segment() {
-        use super::super::shm::{Broadcast, Incoming, Outgoing};
-        let broadcast = Broadcast::create(4 << 20).unwrap();
-        let mut answer = Message::new(Command::Reply);
-        answer.meta.keys = vec![5];
-        answer.meta.lens = vec![1 << 20];
-        answer.chunks.push(Chunk { dtype: DTypeCode::F32, data: Bytes::from(vec![3u8; 1 << 20]) });
-        let shared = || crate::ps::metrics::METRICS.transport.shm_broadcast.get();
-        let before = shared();
+    /// Sends `answer` from a server connection to each of two worker connections that joined
+    /// `broadcast`, and returns what the workers read.
+    async fn answer_two_local_workers(broadcast: &std::sync::Arc<super::super::shm::Broadcast>, answer: &Message) -> Vec<Message> {
+        use super::super::shm::{Incoming, Outgoing};
         let mut received = Vec::new();
         for _ in 0..2 {
             let (a, b) = tokio::io::duplex(1 << 16);
@@ -391,8 +385,42 @@ mod tests {
             received.push(worker.read_message().await.unwrap().unwrap());
             drop(writer.await.unwrap());
         }
+        received
+    }
+
+    #[tokio::test]
+    async fn an_answer_of_many_values_to_several_local_workers_is_copied_once_into_one_broadcast_slot() {
+        let broadcast = super::super::shm::Broadcast::create(4 << 20).unwrap();
+        let mut answer = Message::new(Command::Reply);
+        answer.meta.keys = vec![5, 6, 7];
+        let sizes = [40_000usize, 4, 100_000];
+        answer.meta.lens = sizes.iter().map(|n| *n as u64).collect();
+        answer.chunks =
+            sizes.iter().enumerate().map(|(k, n)| Chunk { dtype: DTypeCode::F32, data: Bytes::from(vec![k as u8 + 1; *n]) }).collect();
+        let shared = || crate::ps::metrics::METRICS.transport.shm_broadcast.get();
+        let before = shared();
+        let received = answer_two_local_workers(&broadcast, &answer).await;
         assert!(received.iter().all(|m| *m == answer), "both workers read the answer");
-        assert_eq!(shared(), before + 2, "both went through the broadcast segment");
+        assert!(shared() >= before + 2, "both went through the broadcast segment");
+        // One slot: the three values, each 64-byte aligned, after one header.
+        assert_eq!(broadcast.in_use(), 64 + 40_000 + 64 + 100_032, "copied once, held by both workers");
+        drop(received);
+        assert_eq!(broadcast.in_use(), 0, "free once both let go (and their connections closed)");
+    }
+
+    #[tokio::test]
+    async fn an_answer_to_several_local_workers_is_copied_once_into_the_broadcast_segment() {
+        use super::super::shm::{Broadcast, Incoming, Outgoing};
+        let broadcast = Broadcast::create(4 << 20).unwrap();
+        let mut answer = Message::new(Command::Reply);
+        answer.meta.keys = vec![5];
+        answer.meta.lens = vec![1 << 20];
+        answer.chunks.push(Chunk { dtype: DTypeCode::F32, data: Bytes::from(vec![3u8; 1 << 20]) });
+        let shared = || crate::ps::metrics::METRICS.transport.shm_broadcast.get();
+        let before = shared();
+        let received = answer_two_local_workers(&broadcast, &answer).await;
+        assert!(received.iter().all(|m| *m == answer), "both workers read the answer");
+        assert!(shared() >= before + 2, "both went through the broadcast segment");
         let one_slot = (1 << 20) + 64;
         assert_eq!(broadcast.in_use(), one_slot, "copied once, held by both workers");
         drop(received);

@@ -495,10 +495,20 @@ impl FrameReader {
             let Some((segment, bit)) = &self.broadcast else {
                 return Err(protocol(DecodeError::InvalidField { field: "flags BROADCAST without a broadcast segment", value: 0x200 }));
             };
-            // Each chunk is a whole slot of its own.
+            // Each slot is taken once; chunks naming the same slot (the values of a many-chunk
+            // answer laid out together) are slices of it.
+            let mut taken: Vec<(Descriptor, Bytes)> = Vec::new();
             for chunk in &mut msg.chunks {
                 let d = Descriptor::decode(&chunk.data).map_err(bad)?;
-                chunk.data = segment.take_broadcast(&d, *bit).map_err(bad)?;
+                let slot = match taken.iter().find(|(t, _)| (t.offset, t.seq) == (d.offset, d.seq)) {
+                    Some((_, slot)) => slot.clone(),
+                    None => {
+                        let slot = segment.take_broadcast_slot(&d, *bit).map_err(bad)?;
+                        taken.push((d, slot.clone()));
+                        slot
+                    }
+                };
+                chunk.data = Incoming::chunk(&slot, &d).map_err(bad)?;
             }
             msg.flags = msg.flags.without(Flags::SHM).without(Flags::BROADCAST);
             msg.check_chunks().map_err(protocol)?;

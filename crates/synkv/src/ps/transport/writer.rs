@@ -156,13 +156,17 @@ fn into_shm(shm: &ShmOut, msg: &Message) -> Option<Message> {
         return None;
     }
     let transport = &crate::ps::metrics::METRICS.transport;
-    // An answer of one value goes through the broadcast segment: the other local workers'
-    // answers of the same value name the same slot.
-    let broadcast = shm.broadcast.as_ref().filter(|_| msg.command == Command::Reply && msg.chunks.len() == 1);
-    if let Some(placed) = broadcast.and_then(|m| m.place(&msg.chunks[0].data)) {
+    // An answer goes through the broadcast segment: the other local workers' answers of the
+    // same values name the same slots (values living there are named in place, the others of
+    // a many-chunk answer are copied once into one slot).
+    let broadcast = shm.broadcast.as_ref().filter(|_| msg.command == Command::Reply);
+    if let Some(placed) = broadcast.and_then(|m| {
+        let data: Vec<Bytes> = msg.chunks.iter().map(|c| c.data.clone()).collect();
+        m.place_all(&data)
+    }) {
         transport.shm_bytes.add(u64::try_from(bytes).unwrap_or(u64::MAX));
         transport.shm_broadcast.add(1);
-        return Some(with_descriptors(msg, &[placed], Flags::SHM.with(Flags::BROADCAST)));
+        return Some(with_descriptors(msg, &placed, Flags::SHM.with(Flags::BROADCAST)));
     }
     let data: Vec<&[u8]> = msg.chunks.iter().map(|c| &c.data[..]).collect();
     let Some(placed) = shm.own.put(&data) else {

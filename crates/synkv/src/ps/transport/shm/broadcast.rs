@@ -16,6 +16,11 @@
 //! sender lets go of a slot once every receiver it was named to let go of it (checked on the
 //! next placement).
 //!
+//! An answer of several values (the small keys of one pull travel together) is named value by
+//! value: values living in value slots in place, the others laid one after another, each
+//! 64-byte aligned, in one slot that answers with the same values share; a receiver takes a
+//! slot once and reads each value as a slice of it.
+//!
 //! A connection that closes *retires* its bit: where the receiver took a slot and its process
 //! lives, the bit clears when it lets go; where it did not take it yet, or its process died,
 //! the sender clears it (taking it in the receiver's place first, so the two never race). A
@@ -46,6 +51,9 @@ const VALUE_HOLD: u64 = 1 << 62;
 const SENDER_BITS: u64 = SENDER_HOLD | VALUE_HOLD;
 /// Most receivers of one segment (one bit each; the last two bits are the sender's).
 pub const MAX_MEMBERS: u32 = 62;
+/// Each value of a many-chunk answer starts this aligned in its slot (whole cache lines, so
+/// every element type is aligned and two values never share a line).
+const GROUP_ALIGN: usize = 64;
 
 /// The sender's (a server's) broadcast segment.
 pub struct Broadcast {
@@ -71,10 +79,16 @@ struct State {
     retired: Vec<(u32, u32)>,
 }
 
-/// A slot the sender holds: the answer it holds, and its copy into the slot, which every
-/// connection naming the slot at the time helps with.
+/// A slot the sender holds: the answer it holds (one value, or the values of a many-chunk
+/// answer laid one after another), and its copy into the slot, which every connection naming
+/// the slot at the time helps with.
 struct Placed {
-    source: Bytes,
+    sources: Vec<Bytes>,
+    /// Where each source starts in the slot's data ([`GROUP_ALIGN`]-aligned).
+    at: Vec<usize>,
+    /// Where each source starts in the sources' concatenation (the copy's steps count these
+    /// bytes), and their total at the end.
+    cum: Vec<usize>,
     offset: usize,
     seq: u64,
     /// The next step of the copy to hand out.
@@ -239,86 +253,136 @@ impl Member {
     /// with the same `data` at the same time share the copy (each takes steps of it) and
     /// return once all of it is in place.
     pub fn place(&self, data: &Bytes) -> Option<Descriptor> {
+        self.place_all(std::slice::from_ref(data)).and_then(|mut d| d.pop())
+    }
+
+    /// Names the values of an answer of several chunks to this receiver, one descriptor each:
+    /// values living in value slots are named in place, the others are laid one after another
+    /// in one slot — shared, like [`place`](Member::place)'s, with every connection answering
+    /// with the same values at the same time. `None` (and nothing named) when no slot is free.
+    pub fn place_all(&self, data: &[Bytes]) -> Option<Vec<Descriptor>> {
         let b = &self.broadcast;
         let mask = 1u64 << self.bit;
-        let len = data.len();
-        if let Some(d) = self.name_value(data) {
-            return d;
-        }
-        let fill = {
+        let (named, fill) = {
             let mut st = b.lock();
             b.sweep(&mut st);
-            // A slot this receiver still holds (or has yet to take) for an earlier answer of
-            // the same value cannot be named to it again: it takes each naming once.
-            let found = st
-                .placed
-                .iter()
-                .find(|p| {
-                    p.source.as_ptr() == data.as_ptr() && p.source.len() == len && b.holders(p.offset).load(Ordering::Acquire) & mask == 0
-                })
-                .map(Arc::clone);
-            let fill = match found {
-                Some(fill) => fill,
-                None => {
-                    // Its data is complete (IN_USE) once copied in.
-                    let (at, seq) = b.new_slot(&mut st, len, SENDER_HOLD, 0)?;
-                    let fill = Arc::new(Placed {
-                        source: data.clone(),
-                        offset: at,
-                        seq,
-                        next: AtomicUsize::new(0),
-                        copied: AtomicUsize::new(0),
-                        in_value: false,
-                    });
-                    st.placed.push(Arc::clone(&fill));
-                    fill
+            let named: Vec<Option<Descriptor>> = data.iter().map(|d| self.name_value(&mut st, d)).collect();
+            let rest: Vec<&Bytes> = data.iter().zip(&named).filter(|(_, n)| n.is_none()).map(|(d, _)| d).collect();
+            let fill = if rest.is_empty() {
+                None
+            } else {
+                match self.group_slot(&mut st, &rest) {
+                    Some(fill) => Some(fill),
+                    None => {
+                        // Not told to the receiver yet: let go of what was named.
+                        for d in named.iter().flatten() {
+                            b.holders(d.offset as usize).fetch_and(!mask, Ordering::AcqRel);
+                        }
+                        return None;
+                    }
                 }
             };
-            // Under the sender's hold (the slot cannot be let go meanwhile), and before the
-            // receiver can know of the slot. A receiver named the slot before took it and let
-            // go of it (its holder bit is clear): it may take it again.
-            b.taken_by(fill.offset).fetch_and(!mask, Ordering::AcqRel);
-            b.holders(fill.offset).fetch_or(mask, Ordering::AcqRel);
-            fill
+            (named, fill)
         };
-        fill.copy_in(&b.map);
-        Some(Descriptor { offset: fill.offset as u64, seq: fill.seq, start: 0, len: len as u64 })
+        if let Some(fill) = &fill {
+            fill.copy_in(&b.map);
+        }
+        // The grouped values' descriptors, in order, fill the places not named in place.
+        let mut grouped = fill.iter().flat_map(|f| {
+            (0..f.sources.len()).map(|i| Descriptor {
+                offset: f.offset as u64,
+                seq: f.seq,
+                start: f.at[i] as u64,
+                len: f.sources[i].len() as u64,
+            })
+        });
+        named.into_iter().map(|n| n.or_else(|| grouped.next())).collect()
     }
-}
 
-impl Member {
-    /// `Some` when `data` lies in this segment (a value in a value slot): names that slot,
-    /// without a copy (`Some(None)` when it cannot be named to this receiver now).
-    fn name_value(&self, data: &Bytes) -> Option<Option<Descriptor>> {
+    /// The slot for `rest` (under the lock, named to this receiver): the one already holding
+    /// the same values if this receiver is not holding it, else a fresh one. `None` when no
+    /// slot is free.
+    fn group_slot(&self, st: &mut State, rest: &[&Bytes]) -> Option<Arc<Placed>> {
+        let b = &self.broadcast;
+        let mask = 1u64 << self.bit;
+        // A slot this receiver still holds (or has yet to take) for an earlier answer of
+        // the same values cannot be named to it again: it takes each naming once.
+        let same = |p: &Placed| {
+            !p.in_value
+                && p.sources.len() == rest.len()
+                && p.sources.iter().zip(rest).all(|(a, b)| a.as_ptr() == b.as_ptr() && a.len() == b.len())
+        };
+        let found = st.placed.iter().find(|p| same(p) && b.holders(p.offset).load(Ordering::Acquire) & mask == 0).map(Arc::clone);
+        let fill = match found {
+            Some(fill) => fill,
+            None => {
+                let (mut at, mut cum, mut end, mut total) =
+                    (Vec::with_capacity(rest.len()), Vec::with_capacity(rest.len() + 1), 0usize, 0usize);
+                for r in rest {
+                    at.push(end);
+                    cum.push(total);
+                    end = end.checked_add(r.len())?.next_multiple_of(GROUP_ALIGN);
+                    total += r.len();
+                }
+                cum.push(total);
+                let bytes = if rest.len() == 1 { total } else { end };
+                // Its data is complete (IN_USE) once copied in.
+                let (offset, seq) = b.new_slot(st, bytes, SENDER_HOLD, 0)?;
+                let fill = Arc::new(Placed {
+                    sources: rest.iter().map(|r| (*r).clone()).collect(),
+                    at,
+                    cum,
+                    offset,
+                    seq,
+                    next: AtomicUsize::new(0),
+                    copied: AtomicUsize::new(0),
+                    in_value: false,
+                });
+                st.placed.push(Arc::clone(&fill));
+                fill
+            }
+        };
+        // Under the sender's hold (the slot cannot be let go meanwhile), and before the
+        // receiver can know of the slot. A receiver named the slot before took it and let
+        // go of it (its holder bit is clear): it may take it again.
+        b.taken_by(fill.offset).fetch_and(!mask, Ordering::AcqRel);
+        b.holders(fill.offset).fetch_or(mask, Ordering::AcqRel);
+        Some(fill)
+    }
+
+    /// When `data` lies in this segment (a value in a value slot) and the slot can be named
+    /// to this receiver now: names it, without a copy.
+    fn name_value(&self, st: &mut State, data: &Bytes) -> Option<Descriptor> {
         let b = &self.broadcast;
         let base = b.map.ptr.as_ptr() as usize;
         let at = (data.as_ptr() as usize).checked_sub(base).filter(|at| at.checked_add(data.len()).is_some_and(|e| e <= b.map.len))?;
         let mask = 1u64 << self.bit;
-        let mut st = b.lock();
-        b.sweep(&mut st);
         let (&offset, &total) = st.slots.live.range(..=at).next_back()?;
         let start = at.checked_sub(offset + SLOT_HEADER)?;
         if at + data.len() > offset + total {
-            return Some(None);
+            return None;
         }
         let holders = b.holders(offset).load(Ordering::Acquire);
         // Not a value slot, or named to this receiver and not let go of yet (it takes each
         // naming once): the caller copies it elsewhere.
         if holders & VALUE_HOLD == 0 || holders & mask != 0 {
-            return Some(None);
+            return None;
         }
         b.taken_by(offset).fetch_and(!mask, Ordering::AcqRel);
         b.holders(offset).fetch_or(mask, Ordering::AcqRel);
         let seq = b.map.u64_at(offset + 16).load(Ordering::Acquire);
+        let len = data.len();
         st.placed.push(Arc::new(Placed {
-            source: data.clone(),
+            sources: vec![data.clone()],
+            at: vec![0],
+            cum: vec![0, len],
             offset,
             seq,
-            next: AtomicUsize::new(data.len()),
-            copied: AtomicUsize::new(data.len()),
+            next: AtomicUsize::new(len),
+            copied: AtomicUsize::new(len),
             in_value: true,
         }));
-        Some(Some(Descriptor { offset: offset as u64, seq, start: start as u64, len: data.len() as u64 }))
+        Some(Descriptor { offset: offset as u64, seq, start: start as u64, len: len as u64 })
     }
 }
 
@@ -385,19 +449,28 @@ impl Placed {
     /// steps other connections took are done too (each is at most [`COPY_STEP`] bytes, being
     /// copied right now), and marks the slot's data complete.
     fn copy_in(&self, map: &Map) {
-        let len = self.source.len();
+        let len = self.cum.last().copied().unwrap_or(0);
         loop {
             let start = self.next.fetch_add(COPY_STEP, Ordering::Relaxed);
             if start >= len {
                 break;
             }
             let end = (start + COPY_STEP).min(len);
-            // SAFETY: the slot's data [offset + SLOT_HEADER, + len) lies inside the mapping
-            // (first_fit checked it when the slot was made); `start..end` is a step of it that
-            // only this call was given (`next` hands each step out once), and no receiver was
-            // told of the slot before its data is complete, so nothing else touches these bytes.
-            let dst = unsafe { std::slice::from_raw_parts_mut(map.ptr.as_ptr().add(self.offset + SLOT_HEADER + start), end - start) };
-            crate::kernels::copy_bytes(dst, &self.source[start..end]);
+            // The step `start..end` of the sources' concatenation, source by source.
+            let mut pos = start;
+            while pos < end {
+                let i = self.cum.partition_point(|&c| c <= pos) - 1;
+                let from = pos - self.cum[i];
+                let n = (end - pos).min(self.sources[i].len() - from);
+                // SAFETY: the slot's data [offset + SLOT_HEADER, + its length) lies inside the
+                // mapping (first_fit checked it when the slot was made) and holds source `i`
+                // at `at[i]`; `pos..pos + n` is part of a step only this call was given (`next`
+                // hands each step out once), and no receiver was told of the slot before its
+                // data is complete, so nothing else touches these bytes.
+                let dst = unsafe { std::slice::from_raw_parts_mut(map.ptr.as_ptr().add(self.offset + SLOT_HEADER + self.at[i] + from), n) };
+                crate::kernels::copy_bytes(dst, &self.sources[i][from..from + n]);
+                pos += n;
+            }
             self.copied.fetch_add(end - start, Ordering::Release);
         }
         while self.copied.load(Ordering::Acquire) < len {
@@ -409,9 +482,17 @@ impl Placed {
 }
 
 impl Incoming {
-    /// Takes the broadcast slot `d` names, as receiver `bit`: its data as one [`Bytes`] that
-    /// lets go of the slot when the last slice of it drops.
+    /// Takes the broadcast slot `d` names, as receiver `bit`: the bytes `d` names as one
+    /// [`Bytes`] that lets go of the slot when the last slice of it drops.
     pub fn take_broadcast(&self, d: &Descriptor, bit: u32) -> Result<Bytes, ShmError> {
+        let slot = self.take_broadcast_slot(d, bit)?;
+        Incoming::chunk(&slot, d)
+    }
+
+    /// Takes the broadcast slot `d` names, as receiver `bit`, once: all of its data (the
+    /// descriptors of an answer naming the same slot are slices of it, [`Incoming::chunk`]),
+    /// as one [`Bytes`] that lets go of the slot when the last slice of it drops.
+    pub fn take_broadcast_slot(&self, d: &Descriptor, bit: u32) -> Result<Bytes, ShmError> {
         let bad = |what: String| Err(ShmError::Descriptor(what));
         let mask = (bit < MAX_MEMBERS).then(|| 1u64 << bit);
         let Some(mask) = mask else {
@@ -436,13 +517,13 @@ impl Incoming {
         };
         let range =
             usize::try_from(d.start).ok().zip(usize::try_from(d.len).ok()).filter(|(s, l)| s.checked_add(*l).is_some_and(|e| e <= len));
-        let Some((start, part)) = range else {
+        if range.is_none() {
             return bad(format!("{d:?} runs past its broadcast slot ({slot_len} bytes)"));
-        };
+        }
         if map.u64_at(off + TAKEN_BY).fetch_or(mask, Ordering::AcqRel) & mask != 0 {
             return bad(format!("{d:?} was taken by this receiver already"));
         }
-        Ok(Bytes::from_owner(Held { map: Arc::clone(&self.map), offset: off, start, len: part, mask }))
+        Ok(Bytes::from_owner(Held { map: Arc::clone(&self.map), offset: off, len, mask }))
     }
 }
 
@@ -450,8 +531,7 @@ impl Incoming {
 struct Held {
     map: Arc<Map>,
     offset: usize,
-    /// The named bytes within the slot's data.
-    start: usize,
+    /// The slot's data length.
     len: usize,
     mask: u64,
 }
@@ -461,7 +541,7 @@ impl AsRef<[u8]> for Held {
         // SAFETY: the range was checked to lie inside the mapping (`take_broadcast`), the
         // mapping lives as long as `self.map`, and the sender reuses the slot only once no
         // bit of `holders` is set, and this receiver's stays set until this drops.
-        unsafe { std::slice::from_raw_parts(self.map.ptr.as_ptr().add(self.offset + SLOT_HEADER + self.start), self.len) }
+        unsafe { std::slice::from_raw_parts(self.map.ptr.as_ptr().add(self.offset + SLOT_HEADER), self.len) }
     }
 }
 
@@ -611,15 +691,87 @@ mod tests {
         drop(gy);
         let _ = b.in_use(); // the sender's next sweep lets go of it
         assert!(std::sync::Arc::get_mut(&mut value).is_some(), "writable again once every receiver let go");
-        // Named to the same receiver twice at once: the second naming is refused (the writer
-        // copies it into the connection's own segment).
+        // Named to the same receiver twice at once: the second naming is a copy in a slot of
+        // its own (the receiver takes each naming once).
         let again = crate::ps::codec::shared_buffer_bytes(std::sync::Arc::clone(&value));
         let d = x.place(&again).unwrap();
-        assert!(x.place(&again).is_none());
+        let copied = x.place(&again).unwrap();
+        assert_ne!(copied.offset, d.offset);
+        assert_eq!(&rx.take_broadcast(&copied, x.bit()).unwrap()[..], &again[..]);
         drop(again);
         drop(value);
         let _ = rx.take_broadcast(&d, x.bit()).unwrap();
         assert_eq!(b.in_use(), 0, "the value and its copies are gone: every slot is free");
+    }
+
+    #[test]
+    fn a_many_chunk_answer_is_copied_once_into_one_slot_that_each_receiver_takes_once() {
+        let b = Broadcast::create(MIN_SEGMENT).unwrap();
+        let (x, y) = (b.join(std::process::id()).unwrap(), b.join(std::process::id()).unwrap());
+        let (rx, ry) = (opened(&b), opened(&b));
+        // Odd lengths: each value still starts aligned in the slot.
+        let answer: Vec<Bytes> = [10usize, 4001, 1, 7000]
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| Bytes::from((0..n).map(|i| (i * 7 + k) as u8).collect::<Vec<u8>>()))
+            .collect();
+        let dx = x.place_all(&answer).unwrap();
+        let dy = y.place_all(&answer.clone()).unwrap();
+        assert_eq!(dx, dy, "the second connection names the same slot");
+        assert!(dx.iter().all(|d| (d.offset, d.seq) == (dx[0].offset, dx[0].seq)), "one slot: {dx:?}");
+        assert!(dx.iter().all(|d| d.start % GROUP_ALIGN as u64 == 0), "{dx:?}");
+        for (r, m, ds) in [(&rx, &x, &dx), (&ry, &y, &dy)] {
+            let slot = r.take_broadcast_slot(&ds[0], m.bit()).unwrap();
+            assert!(r.take_broadcast_slot(&ds[1], m.bit()).is_err(), "the slot is taken once per receiver");
+            for (d, want) in ds.iter().zip(&answer) {
+                assert_eq!(&Incoming::chunk(&slot, d).unwrap()[..], &want[..]);
+            }
+        }
+        assert_eq!(b.in_use(), 0, "both receivers let go (their slices dropped): the slot is free");
+    }
+
+    #[test]
+    fn a_many_chunk_answer_names_values_in_place_and_groups_the_rest() {
+        use crate::ndarray::{Buffer, DType};
+        let b = Broadcast::create(8 << 20).unwrap();
+        let x = b.join(std::process::id()).unwrap();
+        let rx = opened(&b);
+        let slot = b.alloc_value(4 * 50_000).unwrap();
+        let mut value = std::sync::Arc::new(slot.into_buffer(DType::F32, 50_000).unwrap());
+        std::sync::Arc::get_mut(&mut value).unwrap().assign_cast(&Buffer::from_vec((0..50_000).map(|i| i as f32).collect::<Vec<f32>>()));
+        let in_place = crate::ps::codec::shared_buffer_bytes(std::sync::Arc::clone(&value));
+        let (small, other) = (Bytes::from(vec![3u8; 5000]), Bytes::from(vec![4u8; 300]));
+        let answer = vec![small.clone(), in_place.clone(), other.clone()];
+        let d = x.place_all(&answer).unwrap();
+        assert_eq!((d[1].start, d[1].len), (0, 200_000), "the value is named in place");
+        assert_ne!(d[1].offset, d[0].offset);
+        assert_eq!((d[0].offset, d[0].seq), (d[2].offset, d[2].seq), "the others share a slot");
+        // Taken as the reader does: each slot once.
+        let grouped = rx.take_broadcast_slot(&d[0], x.bit()).unwrap();
+        assert!(rx.take_broadcast_slot(&d[2], x.bit()).is_err(), "the shared slot is taken once");
+        let named = rx.take_broadcast(&d[1], x.bit()).unwrap();
+        assert_eq!(&Incoming::chunk(&grouped, &d[0]).unwrap()[..], &small[..]);
+        assert_eq!(&named[..], &in_place[..]);
+        assert_eq!(&Incoming::chunk(&grouped, &d[2]).unwrap()[..], &other[..]);
+        drop((grouped, named, in_place, answer));
+        let _ = b.in_use();
+        assert!(std::sync::Arc::get_mut(&mut value).is_some(), "writable again once the receiver let go");
+    }
+
+    #[test]
+    fn a_many_chunk_answer_without_room_names_nothing() {
+        use crate::ndarray::DType;
+        let b = Broadcast::create(MIN_SEGMENT).unwrap();
+        let x = b.join(std::process::id()).unwrap();
+        let slot = b.alloc_value(4 * 1000).unwrap();
+        let value = std::sync::Arc::new(slot.into_buffer(DType::F32, 1000).unwrap());
+        let in_place = crate::ps::codec::shared_buffer_bytes(std::sync::Arc::clone(&value));
+        let too_big = Bytes::from(vec![1u8; MIN_SEGMENT]);
+        assert!(x.place_all(&[in_place.clone(), too_big]).is_none());
+        // The value was let go of again: naming it now works, once.
+        let d = x.place_all(std::slice::from_ref(&in_place)).unwrap();
+        assert_eq!(d[0].len, 4000);
+        assert!(b.holders(d[0].offset as usize).load(Ordering::Acquire) & (1 << x.bit()) != 0);
     }
 
     #[test]
