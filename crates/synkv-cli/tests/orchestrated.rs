@@ -77,6 +77,35 @@ fn torchrun(n: u32, servers: u32) -> Vec<Vec<(String, String)>> {
         .collect()
 }
 
+/// torchrun's variables for `nodes` nodes of `per_node` processes each (`GROUP_RANK` = node),
+/// all on this machine: each node advertises 127.0.0.1 (`SYNKV_NODE_HOST`; a real node's host
+/// name otherwise), and `SYNKV_NUM_SERVERS` is left to its default, one server per node.
+fn torchrun_nodes(nodes: u32, per_node: u32) -> Vec<Vec<(String, String)>> {
+    let master_port = master_port_before_a_free_one();
+    (0..nodes * per_node)
+        .map(|r| {
+            owned(&[
+                ("RANK", r.to_string()),
+                ("WORLD_SIZE", (nodes * per_node).to_string()),
+                ("LOCAL_RANK", (r % per_node).to_string()),
+                ("LOCAL_WORLD_SIZE", per_node.to_string()),
+                ("GROUP_RANK", (r / per_node).to_string()),
+                ("GROUP_WORLD_SIZE", nodes.to_string()),
+                ("MASTER_ADDR", "127.0.0.1".to_owned()),
+                ("MASTER_PORT", master_port.clone()),
+                ("SYNKV_NODE_HOST", "127.0.0.1".to_owned()),
+            ])
+        })
+        .collect()
+}
+
+/// Two torchrun nodes of two processes: local rank 0 of each node hosts a server, rank 0 the
+/// scheduler, and the four workers form one job.
+#[test]
+fn torchrun_two_nodes_host_a_server_each() {
+    run_job(torchrun_nodes(2, 2), 2);
+}
+
 #[test]
 fn torchrun_two_processes_host_two_servers() {
     run_job(torchrun(2, 2), 2);
