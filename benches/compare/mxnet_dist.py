@@ -33,12 +33,13 @@ import atexit
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "crates", "synkv-python", "python", "tests"))
+from ports import free_port  # noqa: E402  (below the ephemeral range, where no outgoing connection takes it)
 
 SGD_LR = 0.1
 SGD_MOMENTUM = 0.9
@@ -224,9 +225,7 @@ class RssMonitor:
 
 
 def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()
 
 
 def launch(a, argv):

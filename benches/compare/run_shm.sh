@@ -6,9 +6,10 @@
 #
 # Per round and size, alternately: synkv over shared memory (the default on one host),
 # over TCP (SYNKV_SHM=0), each sealed (a per-job secret, as `synkv launch` runs every job)
-# and plain (SYNKV_INSECURE=1), then gloo's all_reduce of the same tensor (if TORCH_PY has
-# torch with gloo). 2 workers, 1 server, `synkv bench dist` push+pull; a job's time is the
-# slowest worker's median. Prints the medians over rounds and per-round ratios; records go
+# and plain (SYNKV_INSECURE=1), then one pushpull job (shared memory, sealed: push and pull in
+# one request, the all_reduce equivalent the PyTorch front-end issues), then gloo's all_reduce
+# of the same tensor (if TORCH_PY has torch with gloo). 2 workers, 1 server, `synkv bench
+# dist` push then pull unless said otherwise; a job's time is the slowest worker's median. Prints the medians over rounds and per-round ratios; records go
 # to bench-results/shm-<date>.jsonl.
 #
 # Knobs: BENCH_SIZES (default "16777216 1048576"), BENCH_ROUNDS (3), BENCH_ITERS (20),
@@ -41,10 +42,10 @@ assert len(rows) == 2, rows
 print(max(r["median_ms"] for r in rows))'
 }
 
-synkv_job() { # shm(0|1) sealed|plain size
+synkv_job() { # shm(0|1) sealed|plain size [bench dist options]
     local env=(env -u SYNKV_SECRET -u SYNKV_INSECURE "SYNKV_SHM=$1")
     [[ "$2" == plain ]] && env+=(SYNKV_INSECURE=1)
-    "${env[@]}" timeout 600 "$SYNKV_BIN" launch -n 2 -s 1 -- "$SYNKV_BIN" bench dist --size "$3" --iters "$ITERS" --warmup 3 --json 2>/dev/null \
+    "${env[@]}" timeout 600 "$SYNKV_BIN" launch -n 2 -s 1 -- "$SYNKV_BIN" bench dist --size "$3" --iters "$ITERS" --warmup 3 --json "${@:4}" 2>/dev/null \
         | sed -n 's/^\[worker [0-9]*\] //p' | slowest
 }
 
@@ -60,8 +61,9 @@ echo "shm/tcp: SYNKV_SHM=1/0; sealed: a per-job secret (the default of synkv lau
 for size in $SIZES; do
     for r in $(seq "$ROUNDS"); do
         a=$(synkv_job 1 sealed "$size"); b=$(synkv_job 0 sealed "$size")
-        c=$(synkv_job 1 plain "$size"); d=$(synkv_job 0 plain "$size"); g=$(gloo_job "$size")
-        echo "{\"size\":$size,\"round\":$r,\"shm_sealed_ms\":$a,\"tcp_sealed_ms\":$b,\"shm_plain_ms\":$c,\"tcp_plain_ms\":$d,\"gloo_ms\":$g}" | tee -a "$out"
+        c=$(synkv_job 1 plain "$size"); d=$(synkv_job 0 plain "$size"); p=$(synkv_job 1 sealed "$size" --pushpull)
+        g=$(gloo_job "$size")
+        echo "{\"size\":$size,\"round\":$r,\"shm_sealed_ms\":$a,\"tcp_sealed_ms\":$b,\"shm_plain_ms\":$c,\"tcp_plain_ms\":$d,\"shm_pushpull_ms\":$p,\"gloo_ms\":$g}" | tee -a "$out"
     done
 done
 python3 - "$out" <<'PY'
@@ -71,10 +73,10 @@ for size in sorted({r["size"] for r in rows}, reverse=True):
     rs = [r for r in rows if r["size"] == size]
     med = lambda k: statistics.median(r[k] for r in rs) if all(r[k] is not None for r in rs) else None
     ratio = lambda a, b: statistics.median(r[a] / r[b] for r in rs) if all(r[b] for r in rs) else None
-    cols = ["shm_sealed_ms", "tcp_sealed_ms", "shm_plain_ms", "tcp_plain_ms", "gloo_ms"]
+    cols = ["shm_sealed_ms", "tcp_sealed_ms", "shm_plain_ms", "tcp_plain_ms", "shm_pushpull_ms", "gloo_ms"]
     print(f"size {size}: " + ", ".join(f"{c[:-3]} {med(c):.1f} ms" if med(c) is not None else f"{c[:-3]} n/a" for c in cols))
     for a, b in [("shm_sealed_ms", "shm_plain_ms"), ("tcp_sealed_ms", "tcp_plain_ms"), ("shm_sealed_ms", "tcp_sealed_ms"),
-                 ("shm_sealed_ms", "gloo_ms"), ("tcp_plain_ms", "gloo_ms")]:
+                 ("shm_sealed_ms", "gloo_ms"), ("shm_pushpull_ms", "gloo_ms"), ("tcp_plain_ms", "gloo_ms")]:
         r = ratio(a, b)
         print(f"  {a[:-3]} / {b[:-3]}: " + (f"{r:.3f} (median of per-round ratios)" if r is not None else "n/a"))
 PY

@@ -53,6 +53,8 @@ import socket
 import statistics
 import sys
 import time
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "crates", "synkv-python", "python", "tests"))
+from ports import free_port  # noqa: E402  (below the ephemeral range, where no outgoing connection takes it)
 
 
 def parse(argv=None):
@@ -390,9 +392,7 @@ def spawn(a):
     """Starts a.nproc copies of this script as the ranks of a gloo job on 127.0.0.1."""
     import subprocess
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port(2)  # MASTER_PORT, and synkv's scheduler at MASTER_PORT + 1
     procs = []
     for r in range(a.nproc):
         env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(a.nproc), LOCAL_WORLD_SIZE=str(a.nproc),

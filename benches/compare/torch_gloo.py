@@ -11,7 +11,9 @@ are refilled untimed before each round (all_reduce is in place) and checked afte
 There are no servers and no optimizer: this is the collective-communication floor for the
 same bytes, not a parameter server. Prints one JSON line per worker with "impl":"torch".
 """
-import argparse, json, os, signal, socket, statistics, subprocess, sys, time
+import argparse, json, os, signal, statistics, subprocess, sys, time
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "crates", "synkv-python", "python", "tests"))
+from ports import free_port  # noqa: E402  (below the ephemeral range, where no outgoing connection takes it)
 
 
 def parse(argv=None):
@@ -67,8 +69,7 @@ def worker(a):
 
 
 def launch(a, argv):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    port = free_port()
     procs = []
     try:
         for r in range(a.workers):
