@@ -28,7 +28,13 @@ def _ephemeral_range():
 def free_port(count=1):
     """The first of ``count`` consecutive ports of 127.0.0.1 that all bind now."""
     lo, hi = _ephemeral_range()
-    start, end = (10000, lo - count) if lo > 11000 else (max(hi + 1, 1024), 65535 - (count - 1))
+    last_first = 65535 - (count - 1)
+    if lo > 11000 and lo - 10000 > count:
+        start, end = 10000, lo - count
+    elif hi < last_first:
+        start, end = hi + 1, last_first
+    else:  # the ephemeral range covers nearly every port: any from 1024
+        start, end = 1024, last_first
     for _ in range(256):
         first = random.randint(start, end)
         ports = range(first, first + count)

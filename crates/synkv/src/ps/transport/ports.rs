@@ -30,6 +30,20 @@ fn ephemeral_range() -> (u16, u16) {
     }
 }
 
+/// Where the first of `count` consecutive ports is looked for: below the ephemeral range
+/// `(lo, hi)` when there is room (from 10000 up), else above it, else anywhere from 1024 (a
+/// range that covers nearly every port); the last port `first + count - 1` stays ≤ 65535.
+fn search_range((lo, hi): (u16, u16), count: u16) -> (u16, u16) {
+    let last_first = u16::MAX - (count - 1);
+    if lo > 11_000 && lo - 10_000 > count {
+        (10_000, lo - count)
+    } else if hi < last_first {
+        (hi + 1, last_first)
+    } else {
+        (1024.min(last_first), last_first)
+    }
+}
+
 /// A port of `host` (one of this machine's addresses) that binds now, below the ephemeral
 /// range where there is room (from 10000 up), else any free port.
 pub fn free_port(host: &str) -> io::Result<u16> {
@@ -41,9 +55,8 @@ pub fn free_port(host: &str) -> io::Result<u16> {
 /// `MASTER_PORT + 1`), below the ephemeral range where there is room.
 pub fn free_ports(host: &str, count: u16) -> io::Result<u16> {
     let count = count.max(1);
-    let (lo, hi) = ephemeral_range();
-    let (start, end) = if lo > 11_000 { (10_000u16, lo - count) } else { (hi.saturating_add(1).max(1024), u16::MAX - (count - 1)) };
-    let span = u64::from(end.saturating_sub(start)) + 1;
+    let (start, end) = search_range(ephemeral_range(), count);
+    let span = u64::from(end - start) + 1;
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     let mut x = u64::from(nanos) ^ (u64::from(std::process::id()) << 20);
     let addr = |port: u16| if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
@@ -52,8 +65,8 @@ pub fn free_ports(host: &str, count: u16) -> io::Result<u16> {
     for _ in 0..256 {
         // A tiny LCG walk over the span: different processes start at different places.
         x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        let first = start + ((x >> 33) % span) as u16;
-        let ports = first..first + count;
+        let Ok(first) = u16::try_from(u64::from(start) + (x >> 33) % span) else { continue };
+        let ports = first..=first + (count - 1);
         if ports.clone().any(|p| handed.contains(&p)) {
             continue;
         }
@@ -82,6 +95,14 @@ mod tests {
         let port = free_port("127.0.0.1").expect("a free port");
         assert!(port < lo || port > hi || lo <= 11_000, "{port} in {lo}..={hi}");
         TcpListener::bind(("127.0.0.1", port)).expect("it binds");
+    }
+
+    #[test]
+    fn the_search_range_never_runs_past_the_last_port() {
+        assert_eq!(search_range((32768, 60999), 2), (10_000, 32766));
+        assert_eq!(search_range((1024, 30000), 1), (30001, 65535));
+        assert_eq!(search_range((1024, 65535), 2), (1024, 65534));
+        assert_eq!(search_range((5000, 65534), 3), (1024, 65533));
     }
 
     #[test]
