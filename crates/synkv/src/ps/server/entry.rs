@@ -34,7 +34,7 @@ use crate::ps::transport::shm::Broadcast;
 
 /// Values this large or larger live in the server's broadcast segment once a local worker
 /// connected (`transport/shm/broadcast.rs`): answers then name them instead of copying.
-const SHARED_VALUE_MIN_BYTES: usize = 256 << 10;
+const SHARED_VALUE_MIN_BYTES: usize = 32 << 10;
 
 /// An entry's name on the wire: (ps key, offset of the part in units).
 pub(super) type EntryKey = (u64, u64);

@@ -31,7 +31,7 @@
 //! workers of one job trust each other with it (they all hold the cluster's secret).
 #![allow(unsafe_code)] // slot data in a shared mapping (SAFETY notes at each block)
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
@@ -60,6 +60,10 @@ pub struct Broadcast {
     map: Arc<Map>,
     token: String,
     state: Mutex<State>,
+    /// Set when a value slot's value is dropped (its slot may be free once no receiver holds
+    /// it): the next sweep looks at every live slot. Not under `state`'s lock: a value can be
+    /// dropped while a sweep holds it.
+    values_dropped: AtomicBool,
 }
 
 impl std::fmt::Debug for Broadcast {
@@ -104,7 +108,7 @@ impl Broadcast {
     /// A fresh segment of `size` bytes.
     pub fn create(size: usize) -> Result<Arc<Broadcast>, ShmError> {
         let (map, token) = create_map(size, true)?;
-        Ok(Arc::new(Broadcast { map, token, state: Mutex::default() }))
+        Ok(Arc::new(Broadcast { map, token, state: Mutex::default(), values_dropped: AtomicBool::new(false) }))
     }
 
     /// What a receiver needs to map the segment.
@@ -136,10 +140,9 @@ impl Broadcast {
     /// its state `state`: its offset and sequence number.
     fn new_slot(&self, st: &mut State, bytes: usize, holders: u64, state: u32) -> Option<(usize, u64)> {
         let total = SLOT_HEADER.checked_add(bytes.next_multiple_of(SLOT_HEADER))?;
-        let at = st.slots.first_fit(total, self.map.len)?;
+        let at = st.slots.alloc(total, self.map.len)?;
         st.slots.next_seq += 1;
         let seq = st.slots.next_seq;
-        st.slots.live.insert(at, total);
         let map = &self.map;
         map.u32_at(at).store(BROADCAST_MAGIC, Ordering::Relaxed);
         map.u64_at(at + 8).store(bytes as u64, Ordering::Relaxed);
@@ -171,8 +174,41 @@ impl Broadcast {
     }
 
     /// Clears retired bits where their owner can no longer let go itself, lets go of the
-    /// slots every receiver let go of, and forgets free slots.
+    /// slots every receiver let go of, and forgets free slots: those it let go of now, or
+    /// every free one after a closed connection or a dropped value (the only other ways a
+    /// slot becomes free), so that a sweep does not scan every live slot on each answer.
     fn sweep(&self, st: &mut State) {
+        let mut scan = !st.retired.is_empty();
+        if scan {
+            self.sweep_retired(st);
+        }
+        let mut let_go = Vec::new();
+        st.placed.retain(|p| {
+            let done = self.holders(p.offset).load(Ordering::Acquire) & !SENDER_BITS == 0;
+            if done {
+                if !p.in_value {
+                    self.holders(p.offset).fetch_and(!SENDER_HOLD, Ordering::AcqRel);
+                }
+                let_go.push(p.offset);
+            }
+            !done
+        });
+        // After the retain: a value its entries kept may have been dropped just now.
+        scan |= self.values_dropped.swap(false, Ordering::AcqRel);
+        let free = |at: usize| self.holders(at).load(Ordering::Acquire) == 0;
+        if scan {
+            st.slots.free_where(free);
+        } else {
+            // (`Slots::free` ignores an offset given back already.)
+            for at in let_go.into_iter().filter(|at| free(*at)) {
+                st.slots.free(at);
+            }
+        }
+    }
+
+    /// Clears the retired bits no live slot names any more, and in the slots they name, the
+    /// bits of receivers that can no longer let go themselves.
+    fn sweep_retired(&self, st: &mut State) {
         let live: Vec<usize> = st.slots.live.keys().copied().collect();
         let mut freed = 0u64;
         st.retired.retain(|&(bit, pid)| {
@@ -197,14 +233,6 @@ impl Broadcast {
             named
         });
         st.bits &= !freed;
-        st.placed.retain(|p| {
-            let done = self.holders(p.offset).load(Ordering::Acquire) & !SENDER_BITS == 0;
-            if done && !p.in_value {
-                self.holders(p.offset).fetch_and(!SENDER_HOLD, Ordering::AcqRel);
-            }
-            !done
-        });
-        st.slots.live.retain(|off, _| self.holders(*off).load(Ordering::Acquire) != 0);
     }
 }
 
@@ -438,6 +466,7 @@ impl ValueSlot {
 impl Drop for ValueSlot {
     fn drop(&mut self) {
         self.broadcast.holders(self.offset).fetch_and(!VALUE_HOLD, Ordering::AcqRel);
+        self.broadcast.values_dropped.store(true, Ordering::Release);
     }
 }
 

@@ -22,6 +22,7 @@
 //! (magic, state, length, sequence number) and the data, padded to 64 bytes.
 #![allow(unsafe_code)] // the only module of `ps` that maps memory (SAFETY notes at each block)
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
@@ -267,25 +268,69 @@ impl std::fmt::Debug for Outgoing {
     }
 }
 
-/// Slots handed out and not yet seen free, in offset order.
+/// Slots handed out and not yet seen free, in offset order, and the gaps between them, so that
+/// neither an allocation nor a free scans the live slots (a server's broadcast segment holds
+/// two per large value).
 #[derive(Default)]
 struct Slots {
-    live: std::collections::BTreeMap<usize, usize>, // offset → total bytes
+    live: BTreeMap<usize, usize>, // offset → total bytes
+    /// Free ranges, offset → length, once the segment's size is known (the first allocation).
+    gaps: BTreeMap<usize, usize>,
+    /// The same ranges as (length, offset): the smallest that fits is the first from a length.
+    by_len: BTreeSet<(usize, usize)>,
+    /// The segment's size; 0 until the first allocation.
+    segment: usize,
     next_seq: u64,
 }
 
 impl Slots {
-    /// Where a slot of `total` bytes fits first between the live ones, in a segment of
-    /// `segment` bytes.
-    fn first_fit(&self, total: usize, segment: usize) -> Option<usize> {
-        let mut at = DATA_START;
-        for (off, len) in &self.live {
-            if *off >= at.checked_add(total)? {
-                break;
-            }
-            at = off + len;
+    /// A slot of `total` bytes in a segment of `segment` bytes: at the start of the smallest
+    /// gap that fits (the lowest of equal ones); `None` when none does.
+    fn alloc(&mut self, total: usize, segment: usize) -> Option<usize> {
+        if self.segment == 0 && segment > DATA_START {
+            self.segment = segment;
+            self.add_gap(DATA_START, segment - DATA_START);
         }
-        (at.checked_add(total)? <= segment).then_some(at)
+        let &(len, at) = self.by_len.range((total.max(1), 0)..).next()?;
+        self.remove_gap(at, len);
+        if len > total {
+            self.add_gap(at + total, len - total);
+        }
+        self.live.insert(at, total);
+        Some(at)
+    }
+
+    /// Gives the live slot at `at` back, merged with the gaps on either side.
+    fn free(&mut self, at: usize) {
+        let Some(total) = self.live.remove(&at) else { return };
+        let (mut start, mut len) = (at, total);
+        if let Some((&before, &before_len)) = self.gaps.range(..at).next_back() {
+            if before + before_len == at {
+                self.remove_gap(before, before_len);
+                (start, len) = (before, len + before_len);
+            }
+        }
+        if let Some(&after_len) = self.gaps.get(&(at + total)) {
+            self.remove_gap(at + total, after_len);
+            len += after_len;
+        }
+        self.add_gap(start, len);
+    }
+
+    /// Gives back every live slot `is_free` says is free (a scan of all of them).
+    fn free_where(&mut self, is_free: impl Fn(usize) -> bool) {
+        let freed: Vec<usize> = self.live.keys().copied().filter(|&at| is_free(at)).collect();
+        freed.into_iter().for_each(|at| self.free(at));
+    }
+
+    fn add_gap(&mut self, at: usize, len: usize) {
+        self.gaps.insert(at, len);
+        self.by_len.insert((len, at));
+    }
+
+    fn remove_gap(&mut self, at: usize, len: usize) {
+        self.gaps.remove(&at);
+        self.by_len.remove(&(len, at));
     }
 }
 
@@ -320,10 +365,9 @@ impl Outgoing {
         let total = SLOT_HEADER.checked_add(data_len.next_multiple_of(SLOT_HEADER))?;
         let map = &self.map;
         let mut slots = self.live_slots();
-        let at = slots.first_fit(total, map.len)?;
+        let at = slots.alloc(total, map.len)?;
         slots.next_seq += 1;
         let seq = slots.next_seq;
-        slots.live.insert(at, total);
         drop(slots);
         for (c, start) in chunks.iter().zip(&starts) {
             // SAFETY: the slot [at, at + total) lies inside the mapping (checked above), each
@@ -352,7 +396,7 @@ impl Outgoing {
     fn live_slots(&self) -> std::sync::MutexGuard<'_, Slots> {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         let map = &self.map;
-        slots.live.retain(|off, _| map.u32_at(*off + 4).load(Ordering::Acquire) != FREE);
+        slots.free_where(|at| map.u32_at(at + 4).load(Ordering::Acquire) == FREE);
         slots
     }
 }
@@ -477,6 +521,60 @@ impl Drop for Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Live slots and gaps tile the segment exactly, the two gap indexes agree, and no two
+    /// gaps touch (a free merges them).
+    fn check_tiling(s: &Slots, segment: usize) {
+        let mut pieces: Vec<(usize, usize, bool)> =
+            s.live.iter().map(|(&a, &l)| (a, l, true)).chain(s.gaps.iter().map(|(&a, &l)| (a, l, false))).collect();
+        pieces.sort_unstable();
+        let mut at = DATA_START;
+        let mut last_free = false;
+        for (start, len, live) in pieces {
+            assert_eq!(start, at, "a hole or an overlap at {at}");
+            assert!(len > 0);
+            assert!(live || !last_free, "two gaps touch at {start}");
+            last_free = !live;
+            at += len;
+        }
+        assert_eq!(at, segment);
+        assert_eq!(s.by_len.len(), s.gaps.len());
+        assert!(s.gaps.iter().all(|(&a, &l)| s.by_len.contains(&(l, a))));
+    }
+
+    proptest! {
+        #[test]
+        fn slots_tile_the_segment_through_any_allocations_and_frees(
+            ops in proptest::collection::vec((any::<bool>(), 1usize..40, any::<u16>()), 1..200)
+        ) {
+            let segment = DATA_START + 64 * 1000;
+            let mut s = Slots::default();
+            let mut held: Vec<usize> = Vec::new();
+            for (alloc, units, pick) in ops {
+                if alloc || held.is_empty() {
+                    let total = units * 64;
+                    match s.alloc(total, segment) {
+                        Some(at) => {
+                            prop_assert!(at >= DATA_START && at + total <= segment);
+                            held.push(at);
+                        }
+                        // Refused only when no gap is large enough.
+                        None => prop_assert!(s.gaps.values().all(|&l| l < total)),
+                    }
+                } else {
+                    let at = held.swap_remove(usize::from(pick) % held.len());
+                    s.free(at);
+                }
+                check_tiling(&s, segment);
+            }
+            for at in held.drain(..) {
+                s.free(at);
+            }
+            prop_assert_eq!(s.gaps.len(), 1, "all freed: one gap again");
+            prop_assert!(s.live.is_empty());
+        }
+    }
 
     /// Takes the slot of `ds` and cuts out every chunk.
     fn take_all(inc: &Incoming, ds: &[Descriptor]) -> Vec<Bytes> {
