@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
+use smallvec::{smallvec, SmallVec};
 
 use super::{create_map, offer_of, Descriptor, Incoming, Map, Offer, ShmError, Slots, DATA_START, IN_USE, SLOT_HEADER};
 
@@ -87,12 +88,13 @@ struct State {
 /// answer laid one after another), and its copy into the slot, which every connection naming
 /// the slot at the time helps with.
 struct Placed {
-    sources: Vec<Bytes>,
+    /// (Inline for one value, the common answer: no allocation besides the `Arc`.)
+    sources: SmallVec<[Bytes; 1]>,
     /// Where each source starts in the slot's data ([`GROUP_ALIGN`]-aligned).
-    at: Vec<usize>,
+    at: SmallVec<[usize; 1]>,
     /// Where each source starts in the sources' concatenation (the copy's steps count these
     /// bytes), and their total at the end.
-    cum: Vec<usize>,
+    cum: SmallVec<[usize; 2]>,
     offset: usize,
     seq: u64,
     /// The next step of the copy to hand out.
@@ -344,8 +346,7 @@ impl Member {
         let fill = match found {
             Some(fill) => fill,
             None => {
-                let (mut at, mut cum, mut end, mut total) =
-                    (Vec::with_capacity(rest.len()), Vec::with_capacity(rest.len() + 1), 0usize, 0usize);
+                let (mut at, mut cum, mut end, mut total) = (SmallVec::new(), SmallVec::new(), 0usize, 0usize);
                 for r in rest {
                     at.push(end);
                     cum.push(total);
@@ -401,9 +402,9 @@ impl Member {
         let seq = b.map.u64_at(offset + 16).load(Ordering::Acquire);
         let len = data.len();
         st.placed.push(Arc::new(Placed {
-            sources: vec![data.clone()],
-            at: vec![0],
-            cum: vec![0, len],
+            sources: smallvec![data.clone()],
+            at: smallvec![0],
+            cum: smallvec![0, len],
             offset,
             seq,
             next: AtomicUsize::new(len),

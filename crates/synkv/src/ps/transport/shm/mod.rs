@@ -274,12 +274,10 @@ impl std::fmt::Debug for Outgoing {
 #[derive(Default)]
 struct Slots {
     live: BTreeMap<usize, usize>, // offset → total bytes
-    /// Free ranges, offset → length, once the segment's size is known (the first allocation).
+    /// Free ranges, offset → length (the whole segment's, laid at the first allocation).
     gaps: BTreeMap<usize, usize>,
     /// The same ranges as (length, offset): the smallest that fits is the first from a length.
     by_len: BTreeSet<(usize, usize)>,
-    /// The segment's size; 0 until the first allocation.
-    segment: usize,
     next_seq: u64,
 }
 
@@ -287,8 +285,8 @@ impl Slots {
     /// A slot of `total` bytes in a segment of `segment` bytes: at the start of the smallest
     /// gap that fits (the lowest of equal ones); `None` when none does.
     fn alloc(&mut self, total: usize, segment: usize) -> Option<usize> {
-        if self.segment == 0 && segment > DATA_START {
-            self.segment = segment;
+        // Nothing live and no gap: the first allocation (a segment all given out has live slots).
+        if self.live.is_empty() && self.gaps.is_empty() && segment > DATA_START {
             self.add_gap(DATA_START, segment - DATA_START);
         }
         let &(len, at) = self.by_len.range((total.max(1), 0)..).next()?;
