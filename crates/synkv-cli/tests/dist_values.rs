@@ -149,3 +149,17 @@ fn partitioned_values_reassemble_exactly() {
     ok(2, 2, &["t27"], &[small]);
     ok(2, 2, &["t28"], &[small]);
 }
+
+/// A pull after this worker's push is answered from the value the push asked back
+/// (`SYNKV_PULL_BACK`, docs/dist.md "Pull after push"): exact under an optimizer that changes
+/// every value every round, with a late worker, outputs of two dtypes, keys of every size
+/// class (one split over both servers), pulls repeated and pulls skipped; through shared
+/// memory, over TCP (small keys only), and switched off.
+#[test]
+fn pulls_after_pushes_are_answered_from_the_values_sent_back() {
+    let case = ["pull-back", "--repeat", "6", "--sleep-secs", "0.3"];
+    for env in [&[][..], &[("SYNKV_SHM", "0")], &[("SYNKV_PULL_BACK", "0")]] {
+        let out = ok(2, 2, &case, env);
+        assert!(out.contains("pulls answered from values sent back with pushes"), "{env:?}:\n{out}");
+    }
+}

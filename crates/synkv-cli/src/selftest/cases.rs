@@ -36,6 +36,7 @@ pub(crate) fn run(args: &DistArgs) -> Result<()> {
         "t29" => super::compression::t29(&kv, args)?,
         "compress-after-init" => super::compression::after_init(&kv)?,
         "partitions" => super::partitions::partitions(&kv, args)?,
+        "pull-back" => super::pull_back::pull_back(&kv, args)?,
         "push-release" => push_release(&kv)?,
         "t30" => t30(&kv)?,
         "t35" => t35(&kv, args)?,

@@ -10,6 +10,7 @@ mod cases;
 mod chaos;
 mod compression;
 mod partitions;
+mod pull_back;
 mod real_job;
 mod sparse;
 

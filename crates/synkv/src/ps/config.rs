@@ -115,6 +115,11 @@ pub struct Config {
     /// `SYNKV_SHM_BYTES`: each segment's size (default 16 partitions); pages are used as
     /// needed, a chunk that does not fit travels on the connection.
     pub shm_bytes: u64,
+    /// `SYNKV_PULL_BACK` (default 1): in a sync store, a push of a key that this worker pulls
+    /// after pushing asks for the updated value back with its acknowledgement, and the pull
+    /// is answered from it without another round trip (`store::distributed::held`); 0 turns
+    /// it off (a pull always asks the servers).
+    pub pull_back: bool,
     /// `SYNKV_WORKER_RESTARTS`: a dead worker may be restarted (`synkv launch
     /// --max-restarts`): its death does not end the job; rounds and barriers stop waiting for
     /// it until a new process takes its rank.
@@ -357,6 +362,7 @@ impl Config {
         let shm = number::<u32>(get, "SYNKV_SHM", Some(1), (0, 1), "0 or 1")?.unwrap_or(1) == 1;
         let shm_bytes = number::<u64>(get, "SYNKV_SHM_BYTES", None, (1 << 20, 1 << 40), "bytes in 1048576..=1099511627776")?
             .unwrap_or_else(|| (16 * partition_bytes).clamp(64 << 20, 4 << 30));
+        let pull_back = number::<u32>(get, "SYNKV_PULL_BACK", Some(1), (0, 1), "0 or 1")?.unwrap_or(1) == 1;
         let worker_restarts = number::<u32>(get, "SYNKV_WORKER_RESTARTS", Some(0), (0, 1), "0 or 1")?.unwrap_or(0) == 1;
         let trace = trace_settings(get)?;
         Ok(Config {
@@ -385,6 +391,7 @@ impl Config {
             tcp_congestion,
             shm,
             shm_bytes,
+            pull_back,
             worker_restarts,
             placement: None,
             trace,

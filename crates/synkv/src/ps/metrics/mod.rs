@@ -123,6 +123,9 @@ pub(crate) struct WorkerMetrics {
     pub(crate) in_flight: Gauge,
     /// Operations that failed.
     pub(crate) failures: Counter,
+    /// Pulls answered from the values their keys' last pushes were answered with, without a
+    /// message (`store::distributed::held`).
+    pub(crate) pulls_held: Counter,
     /// Unix time (milliseconds) of the last push or pushpull completion.
     pub(crate) last_step_ms: AtomicU64,
 }
@@ -217,6 +220,7 @@ pub(crate) static METRICS: Metrics = Metrics {
         latency: [const { Histogram::new() }; 4],
         in_flight: Gauge::new(),
         failures: Counter::new(),
+        pulls_held: Counter::new(),
         last_step_ms: AtomicU64::new(0),
     },
     server: ServerMetrics {
@@ -321,6 +325,13 @@ pub fn render() -> String {
         }
         gauge(&mut out, "synkv_worker_requests_in_flight", "Store operations sent and not yet answered.", l, w.in_flight.get());
         counter(&mut out, "synkv_worker_request_failures_total", "Store operations that failed.", l, w.failures.get());
+        counter(
+            &mut out,
+            "synkv_worker_pulls_held_total",
+            "Pulls answered from the values sent back with their keys' last pushes, without a message.",
+            l,
+            w.pulls_held.get(),
+        );
         let ms = w.last_step_ms.load(Ordering::Relaxed);
         family(
             &mut out,

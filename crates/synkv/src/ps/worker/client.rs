@@ -95,6 +95,8 @@ struct Inner {
     /// How long a broken connection waits for the scheduler's verdict.
     verdict_within: Duration,
     servers: Vec<(Node, Outbox)>,
+    /// Per server, whether its connection moves bulk bytes through shared memory.
+    shared: Vec<bool>,
     /// The bytes of received, unconsumed replies, over every server connection.
     ingress: Ingress,
     pending: Mutex<Pending>,
@@ -208,11 +210,14 @@ impl Client {
         let stop = CancellationToken::new();
         let tracker = TaskTracker::new();
         let mut halves = Vec::with_capacity(servers.len());
+        let mut shared = Vec::with_capacity(servers.len());
         for node in &servers {
             let mut conn = auth::dial(transport, node, config, auth::Identity::new(Role::Worker, me), "a connection to").await?;
-            if config.shm && share::offer(&mut conn, config, me, config.timeout).await? {
+            let shares = config.shm && share::offer(&mut conn, config, me, config.timeout).await?;
+            if shares {
                 tracing::debug!("bulk bytes to and from {node} go through shared memory");
             }
+            shared.push(shares);
             halves.push(conn.into_split());
         }
         let mut links = Vec::with_capacity(servers.len());
@@ -235,6 +240,7 @@ impl Client {
             replicas: config.replicas > 0,
             verdict_within: config.heartbeat_timeout * 2 + Duration::from_secs(1),
             servers: links,
+            shared,
             ingress: Ingress::new(config.window_bytes()),
             pending: Mutex::new(pending),
             next_id: AtomicU64::new(1),
@@ -284,6 +290,11 @@ impl Client {
     /// Number of servers.
     pub fn num_servers(&self) -> u32 {
         u32::try_from(self.inner.servers.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Whether the connection to server rank `server` moves bulk bytes through shared memory.
+    pub fn shares_memory(&self, server: u32) -> bool {
+        usize::try_from(server).ok().and_then(|i| self.inner.shared.get(i)).copied().unwrap_or(false)
     }
 
     /// The server of rank `server`.

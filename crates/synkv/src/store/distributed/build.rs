@@ -67,6 +67,8 @@ pub(crate) type Built = (Vec<(u32, Message)>, Vec<Places>);
 struct Open {
     server: u32,
     rows: bool,
+    /// A push that asks for its values back (`held.rs`).
+    back: bool,
     msg: Message,
     places: Places,
     bytes: usize,
@@ -75,16 +77,18 @@ struct Open {
 }
 
 /// Where a key part comes from: the item, its info, the part's index in the key's slices, its
-/// first requested row (row_sparse pulls), and whether it travels as rows.
+/// first requested row (row_sparse pulls), whether it travels as rows, and whether it is
+/// pushed asking for its value back.
 struct At<'a> {
     item: usize,
     info: &'a KeyInfo,
     part: usize,
     start: usize,
     rows: bool,
+    back: bool,
 }
 
-/// Messages under construction: per (server, dense|rows), the one still open.
+/// Messages under construction: per (server, dense|rows, asking back), the one still open.
 struct Builder {
     command: Command,
     priority: Priority,
@@ -97,16 +101,17 @@ struct Builder {
 }
 
 impl Builder {
-    /// The open message for (server, rows) with room for `keys` keys, `chunks` chunks and
-    /// `bytes` bytes, or a new one.
-    fn slot(&mut self, server: u32, rows: bool, keys: usize, chunks: usize, bytes: usize) -> &mut Open {
+    /// The open message for (server, rows, back) with room for `keys` keys, `chunks` chunks
+    /// and `bytes` bytes, or a new one.
+    fn slot(&mut self, server: u32, rows: bool, back: bool, keys: usize, chunks: usize, bytes: usize) -> &mut Open {
         let b = self.budget;
         let fits = |o: &Open| o.msg.meta.keys.len() + keys <= b.keys && o.chunks + chunks <= b.chunks && o.bytes + bytes <= b.bytes;
-        let pos = self.msgs.iter().rposition(|o| o.server == server && o.rows == rows);
+        let pos = self.msgs.iter().rposition(|o| o.server == server && o.rows == rows && o.back == back);
         let i = match pos {
             Some(i) if fits(&self.msgs[i]) => i,
             _ => {
-                let mut m = Message::new(self.command);
+                let command = if back && self.command == Command::Push { Command::PushPull } else { self.command };
+                let mut m = Message::new(command);
                 m.meta.priority = self.priority;
                 if rows {
                     m.flags = Flags::ROW_SPARSE;
@@ -117,7 +122,7 @@ impl Builder {
                     m.flags = m.flags.with(Flags::COMPRESSED);
                     m.meta.text = serde_json::to_string(gc).unwrap_or_default();
                 }
-                self.msgs.push(Open { server, rows, msg: m, places: Vec::new(), bytes: 0, chunks: 0 });
+                self.msgs.push(Open { server, rows, back, msg: m, places: Vec::new(), bytes: 0, chunks: 0 });
                 self.msgs.len() - 1
             }
         };
@@ -127,19 +132,19 @@ impl Builder {
     /// Adds a key part (its `len` bytes of value, its chunks) to a message, where it weighs
     /// `reply` bytes besides its chunks (what its answer carries).
     fn add(&mut self, at: At<'_>, len: u64, chunks: SmallVec<[Chunk; 2]>, reply: usize) {
-        let At { item: i, info, part, start, rows } = at;
+        let At { item: i, info, part, start, rows, back } = at;
         let slice = info.slices[part];
         let data: usize = chunks.iter().map(|c| c.data.len()).sum();
         let bytes = data + reply + PER_KEY;
         let round = self.rounds.then(|| info.rounds[part].load(Ordering::Acquire));
         // The answer has chunks too: one per key (values), two for rows (ids and rows).
         let answer_chunks = match self.command {
-            Command::Push => 0,
+            Command::Push if !back => 0,
             _ if rows => 2,
             _ => 1,
         };
         let weight = chunks.len().max(answer_chunks);
-        let open = self.slot(slice.server, rows, 1, weight, bytes);
+        let open = self.slot(slice.server, rows, back, 1, weight, bytes);
         open.chunks += weight;
         let m = &mut open.msg;
         m.meta.push_key(info.ps, len, u64::try_from(slice.offset).unwrap_or(u64::MAX));
@@ -279,8 +284,24 @@ fn packed_bytes(item: &Item, gc: &GradientCompression) -> crate::Result<Vec<Byte
 }
 
 /// Builds the messages of an operation.
+#[cfg(test)]
 pub(crate) fn build(
     kind: Kind,
+    items: &[Item],
+    priority: Priority,
+    compression: Option<&GradientCompression>,
+    budget: Budget,
+    lease: Option<&Lease>,
+) -> crate::Result<Built> {
+    build_with(kind, &[], items, priority, compression, budget, lease)
+}
+
+/// Builds the messages of an operation; a push of the items `back` marks asks for their
+/// values back (`PushPull` on the wire, in messages of their own, answers weighed as a
+/// pushpull's: `held.rs`).
+pub(crate) fn build_with(
+    kind: Kind,
+    back: &[bool],
     items: &[Item],
     priority: Priority,
     compression: Option<&GradientCompression>,
@@ -299,14 +320,16 @@ pub(crate) fn build(
         let info = &*item.info;
         let es = info.dtype.size_of();
         let unit = info.unit();
+        // Whether this item's answer carries its values.
+        let back = kind == Kind::PushPull || (kind == Kind::Push && back.get(i).copied().unwrap_or(false));
         match kind {
             Kind::Push | Kind::PushPull if info.stype == StorageType::Dense && compression.is_some() => {
                 let Some(gc) = &compression else { continue };
                 for (part, data) in packed_bytes(item, gc)?.into_iter().enumerate() {
                     let chunk = Chunk { dtype: DTypeCode::U32, data };
-                    let reply = if kind == Kind::PushPull { info.slices[part].len * unit * es } else { 0 };
+                    let reply = if back { info.slices[part].len * unit * es } else { 0 };
                     b.add(
-                        At { item: i, info, part, start: 0, rows: false },
+                        At { item: i, info, part, start: 0, rows: false, back },
                         byte_len(std::slice::from_ref(&chunk)),
                         smallvec::smallvec![chunk],
                         reply,
@@ -323,9 +346,9 @@ pub(crate) fn build(
                     // The bytes hold the item's parts (the shape was checked); never slice past them.
                     let data = if range.end <= bytes.len() { bytes.slice(range) } else { Bytes::new() };
                     let chunk = Chunk { dtype: codec::dtype_code(info.dtype), data };
-                    let reply = if kind == Kind::PushPull { chunk.data.len() } else { 0 };
+                    let reply = if back { chunk.data.len() } else { 0 };
                     b.add(
-                        At { item: i, info, part, start: 0, rows: false },
+                        At { item: i, info, part, start: 0, rows: false, back },
                         byte_len(std::slice::from_ref(&chunk)),
                         smallvec::smallvec![chunk],
                         reply,
@@ -342,7 +365,12 @@ pub(crate) fn build(
                     let Some(s) = info.slices.get(part) else { continue };
                     // The reply carries the value: its bytes count against the budget.
                     let len = s.len * unit * es;
-                    b.add(At { item: i, info, part, start: 0, rows: false }, u64::try_from(len).unwrap_or(u64::MAX), SmallVec::new(), len);
+                    b.add(
+                        At { item: i, info, part, start: 0, rows: false, back: false },
+                        u64::try_from(len).unwrap_or(u64::MAX),
+                        SmallVec::new(),
+                        len,
+                    );
                 }
             }
             Kind::RowSparsePull => add_row_requests(&mut b, i, info, &item.ids),
@@ -375,7 +403,7 @@ fn add_row_requests(b: &mut Builder, i: usize, info: &KeyInfo, ids: &[i64]) {
             let rel: Vec<i64> = chunk_ids.iter().map(|id| id - lo).collect();
             let chunk = codec::ids_to_chunk(&rel);
             let reply = chunk_ids.len() * row_bytes;
-            let at = At { item: i, info, part, start: start + k * per_request, rows: true };
+            let at = At { item: i, info, part, start: start + k * per_request, rows: true, back: false };
             b.add(at, byte_len(std::slice::from_ref(&chunk)), smallvec::smallvec![chunk], reply);
         }
         start += n;
@@ -395,7 +423,7 @@ fn add_rows(b: &mut Builder, i: usize, info: &KeyInfo, rs: &RowSparse) {
         let ids = codec::ids_to_chunk(&rel);
         let data = codec::range_to_chunk(&rs.data, start * row_len, n * row_len);
         let chunks: SmallVec<[Chunk; 2]> = smallvec::smallvec![ids, data];
-        b.add(At { item: i, info, part, start, rows: true }, byte_len(&chunks), chunks, 0);
+        b.add(At { item: i, info, part, start, rows: true, back: false }, byte_len(&chunks), chunks, 0);
         start += n;
     }
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
+use super::held::Held;
 use crate::compression::{CompressionType, Residual};
 use crate::engine::Var;
 use crate::ps::slicer::{self, Slice};
@@ -38,6 +39,12 @@ pub(crate) struct KeyInfo {
     pub(crate) slices: Vec<Slice>,
     /// Per part, the round id of its next push: how many pushes of it the server accepted.
     pub(crate) rounds: Vec<AtomicU64>,
+    /// Per part, the round count at this worker's last pull of it (`u64::MAX`: never pulled):
+    /// a push asks for its value back when a pull came after the previous one (`held.rs`).
+    pub(crate) pulled: Vec<AtomicU64>,
+    /// Per part, the value the server answered this worker's last push with, if it asked
+    /// (`held.rs`): a pull before the next push is answered from it.
+    pub(crate) held: SmallVec<[parking_lot::Mutex<Option<Held>>; 1]>,
     /// Per part, the last communication buffer, reused by the next push of the part once the
     /// network dropped it (a whole-key push keeps its buffer in the first part's place).
     pub(crate) spares: SmallVec<[parking_lot::Mutex<Option<bytes::Bytes>>; 1]>,
@@ -84,6 +91,8 @@ impl KeyInfo {
             stype,
             vars: (0..slices.len().max(1)).map(|_| Var::new()).collect(),
             spares: (0..slices.len().max(1)).map(|_| Default::default()).collect(),
+            pulled: slices.iter().map(|_| AtomicU64::new(u64::MAX)).collect(),
+            held: (0..slices.len().max(1)).map(|_| Default::default()).collect(),
             slices,
             rounds,
             packing: Packing::default(),
@@ -200,6 +209,8 @@ impl Registry {
                 stype,
                 vars: (0..slices.len().max(1)).map(|_| Var::new()).collect(),
                 spares: (0..slices.len().max(1)).map(|_| Default::default()).collect(),
+                pulled: slices.iter().map(|_| AtomicU64::new(u64::MAX)).collect(),
+                held: (0..slices.len().max(1)).map(|_| Default::default()).collect(),
                 rounds: slices.iter().map(|_| AtomicU64::new(0)).collect(),
                 slices,
                 packing: Packing::default(),

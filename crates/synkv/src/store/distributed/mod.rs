@@ -33,6 +33,7 @@
 
 mod build;
 mod checkpoint;
+mod held;
 mod hosted;
 mod init;
 mod keys;
@@ -183,6 +184,7 @@ impl DistStore {
                 rt: handle.clone(),
                 budget: Budget::new(config.partition_bytes, &config.limits),
                 lend: config.replicas == 0,
+                pull_back: kind != StoreType::DistAsync && config.pull_back,
             },
             max_text: usize::try_from(config.limits.max_string_len).unwrap_or(usize::MAX),
             rt: Some(rt),

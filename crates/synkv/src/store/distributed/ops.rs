@@ -23,7 +23,8 @@ use bytes::Bytes;
 use rustc_hash::FxHashSet;
 use smallvec::SmallVec;
 
-use super::build::{build, Budget, Lease};
+use super::build::{build_with, Budget, Lease};
+use super::held;
 use super::keys::KeyInfo;
 use super::landing;
 use super::reply::{prepare_row_outputs, refusal, write_back};
@@ -31,6 +32,7 @@ use super::spans::{self, Sent};
 use crate::compression::GradientCompression;
 use crate::engine::{Completion, Engine, Priority, ReadLease, Var};
 use crate::ps::metrics::METRICS;
+use crate::ps::proto::Command;
 use crate::ps::{trace, wait_each, Client, Role};
 use crate::{NDArray, StorageType};
 
@@ -133,6 +135,9 @@ pub(crate) struct Ctx {
     /// replicas, whose client keeps every request until answered (to send it again after a
     /// failover), which would hold the pushed arrays that long.
     pub(crate) lend: bool,
+    /// Whether a push may ask for its value back (`held.rs`): a sync store, unless
+    /// `SYNKV_PULL_BACK=0`.
+    pub(crate) pull_back: bool,
 }
 
 /// Splits items into operations: a big (split) key alone, small keys together.
@@ -189,18 +194,43 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
         if kind == Kind::RowSparsePull {
             items.iter().for_each(prepare_row_outputs);
         }
+        // Held values of the keys' last pushes (`held.rs`): a push makes them stale, a pull
+        // may be answered from them without a message.
+        let back = held::wants_back(kind, &items, ctx.pull_back, compression.is_some(), |s| ctx.client.shares_memory(s));
+        match kind {
+            Kind::Push | Kind::PushPull => held::forget(&items),
+            Kind::Pull => {
+                held::note_pull(&items);
+                if let Some(served) = held::serve(&items) {
+                    let metrics = &METRICS.worker;
+                    return match served {
+                        Ok(()) => {
+                            metrics.pulls_held.add(1);
+                            done.done()
+                        }
+                        Err(e) => {
+                            metrics.failures.add(1);
+                            done.fail(Box::new(crate::Error::from(e)))
+                        }
+                    };
+                }
+            }
+            Kind::RowSparsePull => {}
+        }
         let rec = trace::recorder(Role::Worker);
         let traced = rec.enabled();
         let building = traced.then(std::time::Instant::now);
         // With a lease, a single value's bytes go to the writer as they are; the lease (and
         // the arrays' data locks) then live as long as the messages, until written out.
         let lease: Option<Lease> = lease.map(|l| Arc::new(l) as Lease);
-        let built = build(kind, &items, priority, compression.as_ref(), ctx.budget, lease.as_ref());
+        let built = build_with(kind, &back, &items, priority, compression.as_ref(), ctx.budget, lease.as_ref());
         drop(lease);
         let (msgs, places) = match built {
             Ok(built) => built,
             Err(e) => return done.fail(Box::new(e)),
         };
+        // The messages of a push that ask for their values back (`held.rs`).
+        let backs: Vec<bool> = msgs.iter().map(|(_, m)| kind == Kind::Push && m.command == Command::PushPull).collect();
         // Answers read from the socket straight into the outputs, where they can be.
         let mut landings = landing::landings(kind, &items, &msgs, &places);
         if let Some(started) = building {
@@ -253,6 +283,9 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
                                     pushed.push(round);
                                 }
                             }
+                        }
+                        if backs[sent[j]] {
+                            held::keep_answers(&items, place, &reply).map_err(crate::Error::from)?;
                         }
                         let landing = landings.get(sent[j]).and_then(Option::as_deref);
                         write_back(kind, &items, std::slice::from_ref(place), std::slice::from_ref(&reply), &[landing])
