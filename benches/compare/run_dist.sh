@@ -17,7 +17,9 @@
 # Environment knobs (all optional):
 #   MXNET_VENV     venv with mxnet==1.9.1                  (default ./.venv-mxnet)
 #   TORCH_VENV     venv with torch; skipped if absent       (default ./.venv-torch)
-#   BENCH_ITERS    timed iterations per job                 (default 20)
+#   BENCH_ITERS    timed iterations per job                 (default 20; ten times
+#                  as many for jobs of at most 4M elements in all, whose steps take
+#                  milliseconds: 20 of them measure mostly the job's first-steps cost)
 #   BENCH_WARMUP   untimed warmup iterations per job        (default 3)
 #   BENCH_ROUNDS   synkv/mxnet(/torch) rounds per case      (default 2)
 #   BENCH_CASES    space-separated labels to run, e.g. "b c" (default: all)
@@ -110,7 +112,7 @@ meta="bench-results/dist-$stamp.meta.txt"
 {
     echo "date: $(date -Is)"
     echo "host: $(uname -srm)  nproc: $(nproc)  loadavg: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
-    echo "iters: $ITERS  warmup: $WARMUP  rounds: $ROUNDS  workers: 2  only: ${ONLY:-both}"
+    echo "iters: $ITERS (x10 up to 4M elements)  warmup: $WARMUP  rounds: $ROUNDS  workers: 2  only: ${ONLY:-both}"
     echo "synkv: ${SYNKV:-(not run)}"
     echo "mxnet venv: $MXNET_VENV"
     echo "torch: ${TPY:-(skipped)}"
@@ -148,17 +150,23 @@ sys.exit(0 if n else 3)
 }
 
 rc=0
+# iters_for SIZE KEYS: timed iterations of a job (see BENCH_ITERS).
+iters_for() {
+    if (($1 * $2 <= 4194304)); then echo $((ITERS * 10)); else echo "$ITERS"; fi
+}
 # run_one IMPL LABEL ROUND SIZE KEYS SERVERS UPDATER
 run_one() {
     local impl=$1 label=$2 round=$3 size=$4 keys=$5 servers=$6 updater=$7 jrc=0
     local -a cmd
+    local iters
+    iters="$(iters_for "$size" "$keys")"
     case "$impl" in
         synkv) cmd=(timeout "$TIMEOUT" "$SYNKV" launch -n 2 -s "$servers" -- "$SYNKV" bench dist --size "$size"
-                    --keys "$keys" --updater "$updater" --iters "$ITERS" --warmup "$WARMUP" --json) ;;
+                    --keys "$keys" --updater "$updater" --iters "$iters" --warmup "$WARMUP" --json) ;;
         mxnet) cmd=("$PY" "$here/mxnet_dist.py" --workers 2 --servers "$servers" --size "$size" --keys "$keys"
-                    --updater "$updater" --iters "$ITERS" --warmup "$WARMUP" --timeout "$TIMEOUT" --json) ;;
+                    --updater "$updater" --iters "$iters" --warmup "$WARMUP" --timeout "$TIMEOUT" --json) ;;
         torch) cmd=("$TPY" "$here/torch_gloo.py" --workers 2 --size "$size" --keys "$keys"
-                    --iters "$ITERS" --warmup "$WARMUP" --timeout "$TIMEOUT" --json) ;;
+                    --iters "$iters" --warmup "$WARMUP" --timeout "$TIMEOUT" --json) ;;
     esac
     local output
     output="$("${cmd[@]}" 2>"$out.$impl.stderr")" || jrc=$?
