@@ -142,9 +142,14 @@ fn every_role_serves_prometheus_metrics_while_the_job_runs() {
     // 3 pushes of 20000 f32 (plus nothing else through the push path).
     assert_eq!(v("synkv_worker_push_bytes_total{role=\"worker\"}"), 240_000.0);
     assert!(v("synkv_worker_pull_bytes_total{role=\"worker\"}") >= 240_000.0);
-    assert!(matches!(broadcast[..], [Some(n)] if n >= 3.0), "the server's pull answers went through its broadcast segment: {broadcast:?}");
+    assert!(
+        matches!(broadcast[..], [Some(n)] if n >= 3.0),
+        "the server's answers with values (a pull's, then pushes' that asked them back) went through its broadcast segment: {broadcast:?}"
+    );
     assert_eq!(v("synkv_worker_request_seconds_count{role=\"worker\",op=\"push\"}"), 3.0);
     assert_eq!(v("synkv_worker_request_seconds_count{role=\"worker\",op=\"pull\"}"), 3.0);
+    // The second and third pulls were answered from the values their pushes asked back.
+    assert_eq!(v("synkv_worker_pulls_held_total{role=\"worker\"}"), 2.0);
     assert_eq!(v("synkv_worker_requests_in_flight{role=\"worker\"}"), 0.0);
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
     let last = v("synkv_worker_last_step_timestamp_seconds{role=\"worker\"}");

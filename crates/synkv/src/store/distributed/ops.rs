@@ -201,8 +201,10 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
             Kind::Push | Kind::PushPull => held::forget(&items),
             Kind::Pull => {
                 held::note_pull(&items);
+                let started = std::time::Instant::now();
                 if let Some(served) = held::serve(&items) {
                     let metrics = &METRICS.worker;
+                    metrics.latency[kind.metric()].observe(started.elapsed());
                     return match served {
                         Ok(()) => {
                             metrics.pulls_held.add(1);
