@@ -205,6 +205,10 @@ pub(crate) fn schedule(ctx: &Ctx, kind: Kind, items: Vec<Item>, priority: Priori
                 if let Some(served) = held::serve(&items) {
                     let metrics = &METRICS.worker;
                     metrics.latency[kind.metric()].observe(started.elapsed());
+                    let rec = trace::recorder(Role::Worker);
+                    if rec.enabled() {
+                        spans::held(rec, &items, started, served.is_ok());
+                    }
                     return match served {
                         Ok(()) => {
                             metrics.pulls_held.add(1);

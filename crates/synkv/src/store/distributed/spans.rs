@@ -69,3 +69,25 @@ pub(crate) fn answered(rec: &Recorder, kind: Kind, items: &[Item], place: &Place
         Some(span)
     }));
 }
+
+/// A pull was answered from the values its keys' pushes asked back (`held.rs`), from
+/// `started` to now: one span per key part, with no server (none was asked), in the round
+/// of the part's last push.
+pub(crate) fn held(rec: &Recorder, items: &[Item], started: Instant, ok: bool) {
+    let now = Instant::now();
+    rec.record_all(items.iter().flat_map(|it| {
+        let info = &it.info;
+        it.parts().filter_map(move |part| {
+            let slice = info.slices.get(part)?;
+            let counted = info.rounds.get(part)?.load(Ordering::Acquire);
+            let bytes = u64::try_from(slice.len * info.unit() * info.dtype.size_of()).unwrap_or(u64::MAX);
+            Some(
+                Span::new(Op::Pull, started, now)
+                    .key(&info.label, slice.offset as u64)
+                    .bytes(bytes)
+                    .round(counted.saturating_sub(1))
+                    .ok(ok),
+            )
+        })
+    }));
+}
