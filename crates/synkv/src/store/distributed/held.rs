@@ -12,8 +12,10 @@
 //! A push asks for its value back only when it pays: in a sync store, a dense key with no
 //! compression, when a pull of the key came after its previous push (learned per part, so a
 //! job that pushes without pulling never gets values it does not read), and the part is at
-//! most [`MAX_BACK_BYTES`] (a big value's answer costs a copy more than the round trip it
-//! saves: it cannot land in outputs not given yet). A held value is dropped as the next push
+//! most [`MAX_BACK_BYTES`] through shared memory, [`MAX_BACK_BYTES_TCP`] over TCP (there a
+//! big value's answer costs a copy more than the round trip it saves: it cannot land in
+//! outputs not given yet). Each key of a batch decides for itself (the builder puts the keys
+//! that ask back into messages of their own). A held value is dropped as the next push
 //! or pushpull of its part starts (so the server's next update never finds it shared), and
 //! taken by the pull that uses it: memory holds at most one copy of the pushed keys, between
 //! a push's answer and the pull. A pull uses held values only when every part it reads has

@@ -17,7 +17,9 @@
 //!   (spec K2.4).
 //! - `push`, `pull`, `pushpull`, `row_sparse_pull` are asynchronous engine operations
 //!   (`ops.rs`): per-device values are summed on the worker, small keys are packed into one
-//!   message per server, big keys are split over every server.
+//!   message per server, big keys are split over every server. In a sync store a pull
+//!   right after this worker's push is answered from the values the push asked back
+//!   (`held.rs`, docs/dist.md "Pull after push").
 //! - `set_gradient_compression` (`set_compression`) makes later pushes of dense f32 keys travel
 //!   as packed words quantized with a residual per key (`ops.rs`); see docs/dist.md.
 //! - `set_optimizer` sends the optimizer's JSON to every server from every worker; identical

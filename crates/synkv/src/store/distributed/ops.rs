@@ -13,7 +13,8 @@
 //! replied — pulled values are written into the outputs first (`reply.rs`), and every part a
 //! server accepted counts one more round — or fails with the error (a lost node, a server's
 //! refusal as the store's own typed error where there is one), which the next wait on an
-//! output reports. No deadline: a sync push waits for slow workers as long as every node is
+//! output reports. In a sync store a pull right after this worker's push of its keys is
+//! usually answered from the values that push asked back, with no message (`held.rs`). No deadline: a sync push waits for slow workers as long as every node is
 //! alive.
 
 use std::sync::atomic::Ordering;
