@@ -16,7 +16,7 @@
 //! big value's answer costs a copy more than the round trip it saves: it cannot land in
 //! outputs not given yet). Each key of a batch decides for itself (the builder puts the keys
 //! that ask back into messages of their own). A held value is dropped as the next push
-//! or pushpull of its part starts (so the server's next update never finds it shared), and
+//! or pushpull of its part starts (let go of before the server's next update of it), and
 //! taken by the pull that uses it: memory holds at most one copy of the pushed keys, between
 //! a push's answer and the pull. A pull uses held values only when every part it reads has
 //! one from the part's last counted push; otherwise it asks the servers, as always.
