@@ -25,6 +25,7 @@ use std::sync::atomic::Ordering;
 
 use super::build::Places;
 use super::ops::{Item, Kind};
+use super::reply::check_part;
 use crate::ps::codec;
 use crate::ps::proto::{Chunk, Command, Message};
 use crate::ps::Error as DistError;
@@ -84,14 +85,6 @@ pub(crate) fn forget(items: &[Item]) {
                 h.lock().take();
             }
         }
-    }
-}
-
-/// Keeps the value a push of part `part` of `item` was answered with, counted as round
-/// `round` (the part's round count after it).
-pub(crate) fn keep(item: &Item, part: usize, round: u64, chunk: Chunk) {
-    if let Some(h) = item.info.held.get(part) {
-        *h.lock() = Some(Held { round, chunk });
     }
 }
 
@@ -164,13 +157,7 @@ pub(crate) fn keep_answers(items: &[Item], place: &Places, reply: &Message) -> R
         let info = &item.info;
         let slice = info.slices[part];
         let chunk = &reply.chunks[j];
-        let offset = reply.meta.offsets.get(j).copied().unwrap_or(0);
-        if reply.meta.keys[j] != info.ps || offset != u64::try_from(slice.offset).unwrap_or(u64::MAX) {
-            return Err(unexpected(format!(
-                "key {} (part at {offset}) answered in place of key {} (part at {})",
-                reply.meta.keys[j], info.key, slice.offset
-            )));
-        }
+        check_part(reply, j, info, part)?;
         if chunk.dtype != codec::dtype_code(info.dtype) || chunk.data.len() != slice.len * info.dtype.size_of() {
             return Err(unexpected(format!(
                 "key {}: {} bytes answered for a part of {} {:?} elements",
@@ -180,8 +167,11 @@ pub(crate) fn keep_answers(items: &[Item], place: &Places, reply: &Message) -> R
                 info.dtype
             )));
         }
+        // Current while the part's round count stays the one this push made it.
         let round = info.rounds.get(part).map_or(0, |r| r.load(Ordering::Acquire));
-        keep(item, part, round, chunk.clone());
+        if let Some(h) = info.held.get(part) {
+            *h.lock() = Some(Held { round, chunk: chunk.clone() });
+        }
     }
     Ok(())
 }

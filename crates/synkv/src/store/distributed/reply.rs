@@ -2,6 +2,7 @@
 //! refusal turned back into the typed error a local store returns.
 
 use super::build::Places;
+use super::keys::KeyInfo;
 use super::ops::{Item, Kind};
 use crate::ndarray::{Buffer, RowSparse, Storage};
 use crate::ps::codec::{self, chunk_len};
@@ -38,14 +39,7 @@ pub(crate) fn write_back(
         for (j, &(i, part, start)) in place.iter().enumerate() {
             let item = &items[i];
             let slice = item.info.slices[part];
-            let offset = reply.meta.offsets.get(j).copied().unwrap_or(0);
-            if reply.meta.keys[j] != item.info.ps || offset != u64::try_from(slice.offset).unwrap_or(u64::MAX) {
-                let detail = format!(
-                    "key {} (part at {offset}) answered in place of key {} (part at {})",
-                    reply.meta.keys[j], item.info.key, slice.offset
-                );
-                return Err(DistError::Unexpected { peer: format!("node {}", reply.sender), command: Command::Reply, detail });
-            }
+            check_part(reply, j, &item.info, part)?;
             let unit = item.info.unit();
             let fail = |e: codec::CodecError| DistError::Unexpected {
                 peer: format!("node {}", reply.sender),
@@ -91,6 +85,19 @@ pub(crate) fn write_back(
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// Checks that key `j` of `reply` is part `part` of `info` (its ps key and offset), as the
+/// request asked.
+pub(crate) fn check_part(reply: &Message, j: usize, info: &KeyInfo, part: usize) -> Result<(), DistError> {
+    let slice = info.slices[part];
+    let offset = reply.meta.offsets.get(j).copied().unwrap_or(0);
+    if reply.meta.keys.get(j) != Some(&info.ps) || offset != u64::try_from(slice.offset).unwrap_or(u64::MAX) {
+        let got = reply.meta.keys.get(j).map_or_else(|| "nothing".to_owned(), |k| format!("key {k}"));
+        let detail = format!("{got} (part at {offset}) answered in place of key {} (part at {})", info.key, slice.offset);
+        return Err(DistError::Unexpected { peer: format!("node {}", reply.sender), command: Command::Reply, detail });
     }
     Ok(())
 }
