@@ -213,3 +213,48 @@ fn killing_the_rank_that_hosts_the_scheduler_ends_the_others() {
 fn killing_a_plain_worker_ends_the_processes_that_host_roles() {
     kill_rank_and_check_survivors(2, "lost worker rank 2");
 }
+
+/// The shared-memory segments (`memfd:synkv-shm`) process `pid` has mapped.
+fn segments(pid: u32) -> usize {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    maps.lines().filter(|l| l.contains("memfd:synkv-shm")).count()
+}
+
+/// Two torchrun processes hosting a server each, with `SYNKV_SHM=0`: a process's worker
+/// reaches the server of its own process through memory (no socket is needed inside a
+/// process) and the other process's server over TCP. Each process maps the segments of its own
+/// worker↔server pair only — the worker's, the server's for it and the server's broadcast
+/// segment, each mapped by both sides: 6 — where shared memory between processes (the
+/// default) maps those of the other pair too; every value stays exact (T24 with SYNKV_SHM=0).
+#[test]
+fn a_process_reaches_its_own_server_through_memory_even_with_shm_off() {
+    let mut envs = torchrun(2, 2);
+    for vars in &mut envs {
+        vars.push(("SYNKV_SHM".to_owned(), "0".to_owned()));
+    }
+    run_job(envs.clone(), 2);
+
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let stop = dir.path().join("stop");
+    let case = ["rounds-until", "--until-file", stop.to_str().expect("a UTF-8 path"), "--max-secs", "120"];
+    let counts = |envs: &[Vec<(String, String)>]| {
+        let mut procs: Vec<Proc> =
+            envs.iter().enumerate().map(|(r, vars)| Proc::start(&format!("rank {r}"), worker(&case, vars))).collect();
+        let deadline = Instant::now() + JOB_BOUND;
+        for p in &procs {
+            assert!(p.wait_for_output("selftest rounds-until: running", deadline), "{} never started:\n{}", p.label, p.output());
+        }
+        let counts: Vec<usize> = procs.iter().map(|p| segments(p.pid())).collect();
+        std::fs::write(&stop, b"").expect("the stop file");
+        for p in &mut procs {
+            assert!(p.wait_until(deadline).is_some_and(|s| s.success()), "{}:\n{}", p.label, p.output());
+            assert!(p.output().contains("every value exact"), "{}:\n{}", p.label, p.output());
+        }
+        std::fs::remove_file(&stop).expect("remove the stop file");
+        counts
+    };
+    assert_eq!(counts(&envs), [6, 6], "SYNKV_SHM=0: each process maps its own pair's segments only");
+    let shared = torchrun(2, 2);
+    let all = counts(&shared);
+    assert!(all.iter().all(|&n| n > 6), "shared memory between processes maps the other pair's segments too: {all:?}");
+}

@@ -9,8 +9,13 @@
 //! A worker that reads broadcast segments says so in its offer; the server then also names
 //! its broadcast segment (one per server, `shm/broadcast.rs`) and the worker's bit in it, and
 //! answers that every local worker pulls are copied there once.
+//!
+//! A worker and a server in one process (a server hosted by a worker process under torchrun,
+//! Slurm or MPI, `store/distributed/hosted.rs`) always share memory, even with `SYNKV_SHM=0`:
+//! that setting keeps bytes between *processes* on the sockets, and no socket is needed for a
+//! process's own server. [`InProcess`] marks such a server; [`in_process`] asks.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -21,6 +26,40 @@ use super::Connection;
 use crate::ps::node::NodeId;
 use crate::ps::proto::{Command, Message};
 use crate::ps::{Config, Error, Result};
+
+/// The servers this process hosts, as they advertise themselves (host, port).
+static IN_PROCESS: Mutex<Vec<(String, u16)>> = Mutex::new(Vec::new());
+
+/// A server hosted by this process, marked for [`in_process`] while this value lives.
+#[derive(Debug)]
+pub struct InProcess {
+    host: String,
+    port: u16,
+}
+
+impl InProcess {
+    /// Marks the server advertised at `host:port` as this process's own.
+    pub fn mark(host: &str, port: u16) -> InProcess {
+        IN_PROCESS.lock().unwrap_or_else(PoisonError::into_inner).push((host.to_owned(), port));
+        InProcess { host: host.to_owned(), port }
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        let mut marked = IN_PROCESS.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(i) = marked.iter().position(|(h, p)| *h == self.host && *p == self.port) {
+            marked.swap_remove(i);
+        }
+    }
+}
+
+/// Whether the server advertised at `host:port` runs in this process. A wrong `true` (another
+/// host advertising the same address) costs one declined offer, never a wrong byte: the
+/// server checks the offer's segment (`shm.rs`).
+pub fn in_process(host: &str, port: u16) -> bool {
+    IN_PROCESS.lock().unwrap_or_else(PoisonError::into_inner).iter().any(|(h, p)| h == host && *p == port)
+}
 
 /// Worker side: offers a segment to the server at the other end of `conn` and, if it maps it
 /// and offers one back, switches `conn` to shared memory. `Ok(false)` when the server
@@ -137,13 +176,15 @@ impl BroadcastHub {
 /// queued.
 pub fn answer(offer: &Message, config: &Config, hub: &BroadcastHub) -> (Message, Option<(ShmOut, Incoming)>) {
     let declined = |why: String| (Message::error(offer.request_id, why), None);
-    if !config.shm {
-        return declined("SYNKV_SHM=0 on this server".to_owned());
-    }
     let theirs: WorkerTerms = match serde_json::from_str(&offer.meta.text) {
         Ok(o) => o,
         Err(e) => return declined(format!("malformed shared-memory offer: {e}")),
     };
+    // A worker of this very process shares memory whatever SYNKV_SHM says (module docs); the
+    // segment's token proves the pid (`Incoming::open`).
+    if !config.shm && theirs.segment.pid != std::process::id() {
+        return declined("SYNKV_SHM=0 on this server".to_owned());
+    }
     let incoming = match Incoming::open(&theirs.segment) {
         Ok(i) => i,
         Err(e) => return declined(e.to_string()),
@@ -162,4 +203,63 @@ pub fn answer(offer: &Message, config: &Config, hub: &BroadcastHub) -> (Message,
         Err(e) => return declined(e.to_string()),
     }
     (msg, Some((ShmOut { own: outgoing, broadcast: member }, incoming)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_config(shm: &str) -> Config {
+        Config::from_map([
+            ("DMLC_ROLE", "server"),
+            ("DMLC_PS_ROOT_URI", "127.0.0.1"),
+            ("DMLC_PS_ROOT_PORT", "9000"),
+            ("DMLC_NUM_SERVER", "1"),
+            ("DMLC_NUM_WORKER", "1"),
+            ("SYNKV_SHM", shm),
+        ])
+        .expect("a valid configuration")
+    }
+
+    /// A worker's `Shm` offer of `segment`, its pid replaced by `pid`.
+    fn offer_from(segment: &Outgoing, pid: u32) -> Message {
+        let mut terms = WorkerTerms { segment: segment.offer(), reads_broadcast: false };
+        terms.segment.pid = pid;
+        let mut msg = Message::new(Command::Shm).with_request_id(7);
+        msg.meta.text = serde_json::to_string(&terms).expect("terms serialize");
+        msg
+    }
+
+    #[test]
+    fn a_mark_names_its_server_while_it_lives() {
+        // A port no other test marks.
+        assert!(!in_process("in-process-test-host", 61_234));
+        let mark = InProcess::mark("in-process-test-host", 61_234);
+        assert!(in_process("in-process-test-host", 61_234));
+        assert!(!in_process("in-process-test-host", 61_235), "another port");
+        assert!(!in_process("127.0.0.1", 61_234), "another host");
+        drop(mark);
+        assert!(!in_process("in-process-test-host", 61_234));
+    }
+
+    /// With SYNKV_SHM=0 a server still maps the segment of a worker of its own process (no
+    /// socket is needed inside a process), and declines every other; with SYNKV_SHM=1 it maps
+    /// this process's segment either way.
+    #[test]
+    fn shm_off_still_shares_memory_within_the_process() {
+        let segment = Outgoing::create(shm::MIN_SEGMENT).expect("a segment");
+        let hub = BroadcastHub::default();
+        let (reply, segments) = answer(&offer_from(&segment, std::process::id()), &server_config("0"), &hub);
+        assert_eq!(reply.command, Command::Shm, "{}", reply.meta.text);
+        assert!(segments.is_some());
+
+        let other = std::process::id().wrapping_add(1);
+        let (reply, segments) = answer(&offer_from(&segment, other), &server_config("0"), &hub);
+        assert_eq!(reply.command, Command::Error);
+        assert!(reply.meta.text.contains("SYNKV_SHM=0"), "{}", reply.meta.text);
+        assert!(segments.is_none());
+
+        let (reply, _) = answer(&offer_from(&segment, std::process::id()), &server_config("1"), &hub);
+        assert_eq!(reply.command, Command::Shm, "{}", reply.meta.text);
+    }
 }

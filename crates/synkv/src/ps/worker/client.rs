@@ -213,7 +213,9 @@ impl Client {
         let mut shared = Vec::with_capacity(servers.len());
         for node in &servers {
             let mut conn = auth::dial(transport, node, config, auth::Identity::new(Role::Worker, me), "a connection to").await?;
-            let shares = config.shm && share::offer(&mut conn, config, me, config.timeout).await?;
+            // A server of this process shares memory even with SYNKV_SHM=0 (`share.rs`).
+            let shm = config.shm || share::in_process(&node.host, node.port);
+            let shares = shm && share::offer(&mut conn, config, me, config.timeout).await?;
             if shares {
                 tracing::debug!("bulk bytes to and from {node} go through shared memory");
             }

@@ -28,6 +28,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::block;
+use crate::ps::transport::share::InProcess;
+use crate::ps::transport::Listener;
 use crate::ps::{Config, Error as DistError, Placement, Role, Scheduler, Server, TcpTransport, Transport};
 
 /// A role's end: which, and how.
@@ -53,6 +55,9 @@ pub(super) struct Hosted {
     bound: Duration,
     /// How long the roles then have to stop.
     grace: Duration,
+    /// The hosted server, marked as this process's own: this process's worker reaches it
+    /// through memory, even with `SYNKV_SHM=0` (`ps/transport/share.rs`).
+    _in_process: Option<InProcess>,
 }
 
 /// The address to bind for a role advertised at `host` (module docs).
@@ -104,6 +109,7 @@ impl Hosted {
             stop: CancellationToken::new(),
             bound: config.timeout + config.heartbeat_timeout,
             grace: config.heartbeat_timeout,
+            _in_process: None,
         };
         // On an error, dropping `hosted` stops what was started.
         if placement.scheduler {
@@ -125,6 +131,8 @@ impl Hosted {
             let transport = TcpTransport::for_config(&cfg);
             let listener = block(&rt, transport.bind(&addr))
                 .map_err(|e| bind_error(Role::Server, &addr, e, "set SYNKV_NODE_HOST to an address of this machine"))?;
+            let port = listener.local_addr()?.rsplit_once(':').and_then(|(_, p)| p.parse().ok());
+            hosted._in_process = port.map(|p| InProcess::mark(&cfg.node_host, p));
             let stop = hosted.stop.child_token();
             hosted.spawn(&rt, Role::Server, async move { Server::new(cfg).run(&transport, listener, stop).await });
         }
