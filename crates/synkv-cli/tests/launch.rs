@@ -53,3 +53,42 @@ fn a_job_runs_over_the_congestion_control_it_names_and_one_the_kernel_lacks_stop
     assert!(!bad.status.success(), "{}", bad.output);
     assert!(bad.output.contains("SYNKV_TCP_CONGESTION") && bad.output.contains("refuses \"no_such_cc\""), "{}", bad.output);
 }
+
+/// `--launcher hosted`: no scheduler or server process; the workers host them (rank 0 the
+/// scheduler, ranks 0 and 1 a server) and T24's values are exact. `DMLC_*` variables in the
+/// launcher's environment do not reach them (they would turn the orchestrator detection off).
+#[test]
+fn the_hosted_launcher_runs_workers_that_host_the_scheduler_and_the_servers() {
+    let stray = [("DMLC_PS_ROOT_URI", "10.255.255.1"), ("DMLC_ROLE", "server"), ("DMLC_NUM_SERVER", "9")];
+    let f = crate::util::launch(3, 2, &["--launcher", "hosted"], &["t24"], &stray);
+    assert!(f.status.success(), "{}", f.output);
+    for w in 0..3 {
+        assert!(f.output.contains(&format!("[worker {w}] selftest t24 ok (rank {w} of 3 workers, 2 servers)")), "{}", f.output);
+    }
+    assert!(f.output.contains("started worker 0 (hosts the scheduler and a server)"), "{}", f.output);
+    assert!(f.output.contains("started worker 1 (hosts a server)"), "{}", f.output);
+    assert!(!f.output.contains("[scheduler]") && !f.output.contains("[server "), "no role process:\n{}", f.output);
+}
+
+/// Each hosted worker sees its place in the torchrun-like variables, and a failing one stops
+/// the job with its status: the others are killed after the grace period.
+#[test]
+fn the_hosted_launcher_places_each_worker_and_stops_the_job_on_a_failure() {
+    let mut cmd = synkv_command();
+    cmd.args(["launch", "--launcher", "hosted", "-n", "2", "--grace-secs", "1", "--", "sh", "-c"]);
+    cmd.arg(
+        "echo rank=$SYNKV_RANK of=$SYNKV_WORLD_SIZE local=$SYNKV_LOCAL_RANK/$SYNKV_LOCAL_WORLD_SIZE servers=$SYNKV_NUM_SERVERS \
+         root=$SYNKV_ROOT_ADDR uri=${DMLC_PS_ROOT_URI-unset}; [ $SYNKV_RANK = 1 ] && exit 3; exec sleep 60",
+    );
+    let f = run_bounded("launch", cmd, &[("DMLC_PS_ROOT_URI", "127.0.0.1")]);
+    assert_eq!(f.status.code(), Some(3), "{}", f.output);
+    assert!(f.output.contains("[worker 1] rank=1 of=2 local=1/2 servers=2 root=127.0.0.1 uri=unset"), "{}", f.output);
+    assert!(f.output.contains("[worker 0] rank=0 of=2 local=0/2 servers=2"), "{}", f.output);
+    assert!(f.output.contains("killing worker 0"), "the other worker is killed after the grace period:\n{}", f.output);
+
+    let mut cmd = synkv_command();
+    cmd.args(["launch", "--launcher", "hosted", "-n", "2", "-s", "3", "--", "true"]);
+    let f = run_bounded("launch", cmd, &[]);
+    assert!(!f.status.success(), "{}", f.output);
+    assert!(f.output.contains("-s must be in 1..=2"), "{}", f.output);
+}

@@ -52,7 +52,7 @@ pub(crate) fn argv(args: &LaunchArgs, vars: impl IntoIterator<Item = (OsString, 
     let name = match kind {
         LauncherKind::Mpi => "mpi",
         LauncherKind::Slurm => "slurm",
-        LauncherKind::Local | LauncherKind::Ssh => bail!("not an engine launcher"),
+        LauncherKind::Local | LauncherKind::Ssh | LauncherKind::Hosted => bail!("not an engine launcher"),
     };
     if args.hostfile.is_some() || args.remote_synkv.is_some() {
         bail!("-H/--hostfile and --remote-synkv belong to the ssh launcher; with --launcher {name}, give the hosts to the engine (e.g. --launcher-arg=--hostfile --launcher-arg=FILE for mpirun, or an allocation for srun)");

@@ -1,7 +1,8 @@
 //! `synkv launch -n W -s S [--launcher local|ssh -H hostfile] -- CMD ARGS…`: start a whole job.
 //!
 //! (`--launcher mpi|slurm` hands the job to `mpirun` or `srun` instead, whose processes host
-//! the scheduler and the servers themselves: [`engines`]. What follows is about local and ssh.)
+//! the scheduler and the servers themselves: [`engines`]; `--launcher hosted` starts such
+//! processes on this host itself: [`hosted`]. What follows is about local and ssh.)
 //!
 //! Both launchers start, in this order, `synkv scheduler`, `S` × `synkv server` and `W` copies
 //! of `CMD ARGS…`, each with MXNet's variables set (`DMLC_ROLE`, `DMLC_PS_ROOT_URI`,
@@ -32,6 +33,7 @@
 //! child and exits with 130.
 
 mod engines;
+mod hosted;
 mod hostfile;
 mod peers;
 mod ssh;
@@ -62,6 +64,9 @@ pub(crate) enum LauncherKind {
     Mpi,
     /// Slurm's `srun -n W`: the tasks host the scheduler and the servers themselves.
     Slurm,
+    /// Every process on this host, each a worker started as torchrun starts them: rank 0
+    /// hosts the scheduler and `-s` processes (default: all) a server each (see [`hosted`]).
+    Hosted,
 }
 
 /// Arguments of `synkv launch`.
@@ -209,10 +214,10 @@ fn launch(args: &LaunchArgs) -> Result<u8> {
     ensure_job_secret()?;
     match args.launcher {
         LauncherKind::Mpi | LauncherKind::Slurm => return engines::run(args),
-        LauncherKind::Local | LauncherKind::Ssh if !args.launcher_args.is_empty() => {
+        LauncherKind::Local | LauncherKind::Ssh | LauncherKind::Hosted if !args.launcher_args.is_empty() => {
             bail!("--launcher-arg belongs to the mpi and slurm launchers")
         }
-        LauncherKind::Local | LauncherKind::Ssh => {}
+        LauncherKind::Local | LauncherKind::Ssh | LauncherKind::Hosted => {}
     }
     if args.no_progress {
         crate::progress::disable();
@@ -250,13 +255,23 @@ fn launch(args: &LaunchArgs) -> Result<u8> {
             local_plan(&spec)?
         }
         LauncherKind::Ssh => ssh_plan(args, &spec)?,
+        LauncherKind::Hosted => {
+            if args.hostfile.is_some() || args.root_uri.is_some() || args.root_port.is_some() || args.remote_synkv.is_some() {
+                bail!("-H/--hostfile, --root-uri, --root-port and --remote-synkv belong to the ssh launcher");
+            }
+            if args.max_restarts > 0 {
+                bail!("--max-restarts: worker restarts are not supported when the processes host the scheduler and the servers (--launcher hosted)");
+            }
+            hosted::plan(&spec)?
+        }
         LauncherKind::Mpi | LauncherKind::Slurm => unreachable!("handled above"),
     };
     if args.dry_run {
         print_plan(&plan, std::env::var("SYNKV_SECRET").ok().filter(|s| !s.is_empty()).as_deref());
         return Ok(0);
     }
-    let bar = peers::watch(&mut plan, &mut spec);
+    // The bar reads the scheduler's output; hosted roles log in their worker's.
+    let bar = if plan.iter().any(|p| p.role == Part::Scheduler) { peers::watch(&mut plan, &mut spec) } else { None };
     let code = run_plan(plan, &spec);
     if let Some(bar) = bar {
         bar.finish_and_clear();

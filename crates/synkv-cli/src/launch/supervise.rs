@@ -250,9 +250,10 @@ fn supervise(procs: &mut [Proc], interrupted: &AtomicBool, spec: &JobSpec) -> u8
         // running must follow within the grace period (they are told, or lose the scheduler).
         if first_failure.is_none() && over.is_none() {
             let done = |role: Part| procs.iter().filter(|p| p.role == role).all(|p| p.status.is_some());
-            let why = if done(Part::Scheduler) {
+            let has = |role: Part| procs.iter().any(|p| p.role == role);
+            let why = if has(Part::Scheduler) && done(Part::Scheduler) {
                 Some("the scheduler exited")
-            } else if procs.iter().any(|p| p.role == Part::Worker) && done(Part::Worker) {
+            } else if has(Part::Worker) && done(Part::Worker) {
                 Some("every worker exited")
             } else {
                 None
@@ -367,6 +368,16 @@ mod tests {
         ]);
         assert_eq!(code, 0, "{notes:?}");
         assert!(!notes.iter().any(|n| n.contains("killing")), "{notes:?}");
+    }
+
+    /// `--launcher hosted`: only workers (they host the roles). No scheduler process is not a
+    /// scheduler that exited: workers that run past the grace period are not killed.
+    #[test]
+    fn a_job_of_workers_only_runs_until_every_worker_exited() {
+        let (code, notes, took) = run(vec![sh("worker 0", Part::Worker, "sleep 1.5"), sh("worker 1", Part::Worker, "sleep 1.5")]);
+        assert_eq!(code, 0, "{notes:?}");
+        assert!(!notes.iter().any(|n| n.contains("killing") || n.contains("the job is over")), "{notes:?}");
+        assert!(took >= Duration::from_millis(1500), "{took:?}");
     }
 
     #[test]
