@@ -56,10 +56,20 @@ fn a_job_runs_over_the_congestion_control_it_names_and_one_the_kernel_lacks_stop
 
 /// `--launcher hosted`: no scheduler or server process; the workers host them (rank 0 the
 /// scheduler, ranks 0 and 1 a server) and T24's values are exact. `DMLC_*` variables in the
-/// launcher's environment do not reach them (they would turn the orchestrator detection off).
+/// launcher's environment do not reach them (they would turn the orchestrator detection off),
+/// and another launcher's rank variables do not move them.
 #[test]
 fn the_hosted_launcher_runs_workers_that_host_the_scheduler_and_the_servers() {
-    let stray = [("DMLC_PS_ROOT_URI", "10.255.255.1"), ("DMLC_ROLE", "server"), ("DMLC_NUM_SERVER", "9")];
+    let stray = [
+        ("DMLC_PS_ROOT_URI", "10.255.255.1"),
+        ("DMLC_ROLE", "server"),
+        ("DMLC_NUM_SERVER", "9"),
+        // Another launcher's place (torchrun's): SYNKV_RANK and its kin come first.
+        ("RANK", "5"),
+        ("WORLD_SIZE", "9"),
+        ("MASTER_ADDR", "10.255.255.1"),
+        ("MASTER_PORT", "1"),
+    ];
     let f = crate::util::launch(3, 2, &["--launcher", "hosted"], &["t24"], &stray);
     assert!(f.status.success(), "{}", f.output);
     for w in 0..3 {

@@ -9,7 +9,7 @@
 //! (`ps::orchestrator`); a worker reaches its own process's server through memory even with
 //! `SYNKV_SHM=0` (docs/dist.md, "A process's own server"). The `DMLC_*` variables are removed
 //! from the children's environment (`DMLC_PS_ROOT_URI` would turn the orchestrator detection
-//! off), and so are other launchers' per-process variables. Supervision is the local
+//! off); other launchers' rank variables stay, below `SYNKV_RANK`. Supervision is the local
 //! launcher's ([`super::supervise`]): every process is a worker, so the job is over when every
 //! one has exited, and the first failure stops the others after the grace period.
 
@@ -19,24 +19,6 @@ use anyhow::{bail, Context, Result};
 
 use super::supervise::{Part, Planned};
 use super::JobSpec;
-
-/// Variables a child must not inherit: they would place it in another job (MXNet's layout) or
-/// give every child the same place (another launcher's per-process variables).
-const NOT_INHERITED: &[&str] = &[
-    "DMLC_ROLE",
-    "DMLC_PS_ROOT_URI",
-    "DMLC_PS_ROOT_PORT",
-    "DMLC_NUM_SERVER",
-    "DMLC_NUM_WORKER",
-    "DMLC_TASK_ID",
-    "DMLC_JOB_CLUSTER",
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "GROUP_WORLD_SIZE",
-];
 
 /// The processes of `spec`: `spec.workers` copies of the command, the first `spec.servers`
 /// hosting a server each and rank 0 the scheduler.
@@ -50,8 +32,13 @@ pub(super) fn plan(spec: &JobSpec) -> Result<Vec<Planned>> {
     for i in 0..workers {
         let mut cmd = Command::new(&spec.command[0]);
         cmd.args(&spec.command[1..]);
-        for var in NOT_INHERITED {
-            cmd.env_remove(var);
+        // MXNet's layout: `DMLC_PS_ROOT_URI` would turn the orchestrator detection off, and a
+        // stray `DMLC_*` is an error under an orchestrator. Other launchers' rank variables
+        // need no removal: `SYNKV_RANK` is the first source the detection reads.
+        for (name, _) in std::env::vars_os() {
+            if name.to_str().is_some_and(|n| n.starts_with("DMLC_")) {
+                cmd.env_remove(name);
+            }
         }
         cmd.env("SYNKV_RANK", i.to_string())
             .env("SYNKV_WORLD_SIZE", workers.to_string())
