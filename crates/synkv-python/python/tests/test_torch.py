@@ -134,11 +134,11 @@ def test_compression_names():
 
 
 
-def launch(workers, servers, mode, *args):
+def launch(workers, servers, mode, *args, launcher="local", **extra_env):
     if BIN is None:
         pytest.skip("the synkv binary is not built")
-    cmd = [BIN, "launch", "-n", str(workers), "-s", str(servers), "--", sys.executable, str(HERE / "torch_worker.py"), mode, *args]
-    env = dict(os.environ, SYNKV_TIMEOUT_MS="60000", OMP_NUM_THREADS="1")
+    cmd = [BIN, "launch", "--launcher", launcher, "-n", str(workers), "-s", str(servers), "--", sys.executable, str(HERE / "torch_worker.py"), mode, *args]
+    env = dict(os.environ, SYNKV_TIMEOUT_MS="60000", OMP_NUM_THREADS="1", **extra_env)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
@@ -237,6 +237,13 @@ def test_processes_started_with_torchruns_variables_form_a_job(mode):
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out[-4000:]
         assert "of 2: ok" in out, out[-4000:]
+
+
+@pytest.mark.parametrize("mode", ["collectives", "server_optimizer"])
+def test_processes_hosting_a_server_each_over_tcp_match_one_process(mode):
+    """`synkv launch --launcher hosted` with SYNKV_SHM=0: each process hosts a server, reaches
+    its own through memory and the other over TCP (docs/dist.md, "A process's own server")."""
+    launch(2, 2, mode, launcher="hosted", SYNKV_SHM="0")
 
 
 def test_real_torchrun():
