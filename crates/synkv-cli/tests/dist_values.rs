@@ -163,3 +163,47 @@ fn pulls_after_pushes_are_answered_from_the_values_sent_back() {
         assert!(out.contains("pulls answered from values sent back with pushes"), "{env:?}:\n{out}");
     }
 }
+
+/// The sockets process `pid` holds open.
+fn sockets(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.flatten().filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().starts_with("socket:"))).count())
+        .unwrap_or(0)
+}
+
+/// `SYNKV_STREAMS=2`: a worker holds two connections to each server and its requests take
+/// turns on them; the final weights (SGD with momentum on the servers, a key split over both
+/// servers, 64 KiB partitions so a push is many requests) are exactly those of one stream,
+/// over TCP and through shared memory.
+#[test]
+fn several_streams_per_server_carry_exactly_the_same_values() {
+    let case = ["ckpt-train", "--repeat", "4"];
+    for shm in ["0", "1"] {
+        let run = |streams: &str| {
+            let env = [("SYNKV_SHM", shm), ("SYNKV_STREAMS", streams), ("SYNKV_PARTITION_BYTES", "65536")];
+            let f = launch(2, 2, &[], &case, &env);
+            assert!(f.status.success(), "SYNKV_STREAMS={streams} SYNKV_SHM={shm}:\n{}", f.output);
+            crate::util::finals(&f.output, 2)
+        };
+        assert_eq!(run("2"), run("1"), "SYNKV_SHM={shm}");
+    }
+
+    // Two servers, two streams each: two more sockets than with one stream.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let stop = dir.path().join("stop");
+    let rounds = ["rounds-until", "--until-file", stop.to_str().expect("a UTF-8 path"), "--max-secs", "120"];
+    let count = |streams: &str| {
+        let mut job = crate::util::Job::start(2, 1, &rounds, &[("SYNKV_STREAMS", streams), ("SYNKV_SHM", "0")]);
+        let deadline = std::time::Instant::now() + crate::util::JOB_BOUND;
+        assert!(job.workers[0].wait_for_output("selftest rounds-until: running", deadline), "{}", job.workers[0].output());
+        let n = sockets(job.workers[0].pid());
+        std::fs::write(&stop, b"").expect("the stop file");
+        for w in &mut job.workers {
+            assert!(w.wait_until(deadline).is_some_and(|s| s.success()), "{}", w.output());
+        }
+        std::fs::remove_file(&stop).expect("remove the stop file");
+        n
+    };
+    let (one, two) = (count("1"), count("2"));
+    assert_eq!(two, one + 2, "SYNKV_STREAMS=2 with two servers: {one} sockets with one stream, {two} with two");
+}

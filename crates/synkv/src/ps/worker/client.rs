@@ -1,7 +1,10 @@
 //! [`Client`]: a worker's connections to every server and its outstanding requests (ps-lite's
 //! `Customer` + `Van`, as request ids and a tracker).
 //!
-//! One connection per server, authenticated like every other connection. A writer task per
+//! `SYNKV_STREAMS` connections per server (default one), each authenticated like every other
+//! connection; requests to a server take turns on its connections (by request id: the engine
+//! orders the operations on one key, so no order between streams is needed), and a break of
+//! any one of them is the server's. A writer task per
 //! connection drains its outbox ([`drain`]); a reader task per connection hands each
 //! `Reply`/`Error` to the request waiting for its id, and logs a server's `Notice` (a sync
 //! round waiting for stragglers). A request is registered before it is queued, so a reply can
@@ -94,8 +97,9 @@ struct Inner {
     replicas: bool,
     /// How long a broken connection waits for the scheduler's verdict.
     verdict_within: Duration,
-    servers: Vec<(Node, Outbox)>,
-    /// Per server, whether its connection moves bulk bytes through shared memory.
+    /// Per server, its node and the outboxes of its connections (`SYNKV_STREAMS`).
+    servers: Vec<(Node, Vec<Outbox>)>,
+    /// Per server, whether its connections move bulk bytes through shared memory.
     shared: Vec<bool>,
     /// The bytes of received, unconsumed replies, over every server connection.
     ingress: Ingress,
@@ -126,6 +130,17 @@ pub struct Waiter {
 }
 
 impl Inner {
+    /// Queues `msg` on one of server `server`'s connections (they take turns by request id);
+    /// `false` if that connection's writer has ended.
+    fn send(&self, server: u32, msg: Message) -> bool {
+        let Some((_, outboxes)) = self.servers.get(server as usize) else { return false };
+        if outboxes.is_empty() {
+            return false;
+        }
+        let stream = (msg.request_id % outboxes.len() as u64) as usize;
+        outboxes[stream].try_send(msg).is_ok()
+    }
+
     fn lock(&self) -> MutexGuard<'_, Pending> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -196,7 +211,7 @@ impl Inner {
         tracing::warn!("server rank {dead} died: {} waiting requests go to the servers that took over its partitions", resends.len());
         for (server, msg) in resends {
             let id = msg.request_id;
-            let sent = self.servers.get(server as usize).is_some_and(|(_, outbox)| outbox.try_send(msg).is_ok());
+            let sent = self.send(server, msg);
             if !sent {
                 self.answer(id, Err(Error::Shutdown(format!("the connection to server rank {server} is closed"))));
             }
@@ -209,25 +224,29 @@ impl Client {
     pub(super) async fn connect<T: Transport>(transport: &T, config: &Config, me: NodeId, servers: Vec<Node>) -> Result<Client> {
         let stop = CancellationToken::new();
         let tracker = TaskTracker::new();
+        let streams = config.streams.max(1);
         let mut halves = Vec::with_capacity(servers.len());
         let mut shared = Vec::with_capacity(servers.len());
-        for node in &servers {
-            let mut conn = auth::dial(transport, node, config, auth::Identity::new(Role::Worker, me), "a connection to").await?;
+        for (i, node) in servers.iter().enumerate() {
             // A server of this process shares memory even with SYNKV_SHM=0 (`share.rs`).
             let shm = config.shm || share::in_process(&node.host, node.port);
-            let shares = shm && share::offer(&mut conn, config, me, config.timeout).await?;
-            if shares {
+            let mut all_share = true;
+            for _ in 0..streams {
+                let mut conn = auth::dial(transport, node, config, auth::Identity::new(Role::Worker, me), "a connection to").await?;
+                all_share &= shm && share::offer(&mut conn, config, me, config.timeout).await?;
+                halves.push((i, conn.into_split()));
+            }
+            if all_share {
                 tracing::debug!("bulk bytes to and from {node} go through shared memory");
             }
-            shared.push(shares);
-            halves.push(conn.into_split());
+            shared.push(all_share);
         }
-        let mut links = Vec::with_capacity(servers.len());
-        let mut tasks = Vec::with_capacity(servers.len());
-        for (node, (reader, writer)) in servers.into_iter().zip(halves) {
+        let mut links: Vec<(Node, Vec<Outbox>)> = servers.into_iter().map(|node| (node, Vec::with_capacity(streams as usize))).collect();
+        let mut tasks = Vec::with_capacity(halves.len());
+        for (i, (reader, writer)) in halves {
             let (outbox, rx) = Outbox::unbounded();
-            links.push((node, outbox));
-            tasks.push((reader, writer, rx));
+            links[i].1.push(outbox);
+            tasks.push((i, reader, writer, rx));
         }
         let num_servers = u32::try_from(links.len()).unwrap_or(u32::MAX);
         let pending = Pending {
@@ -249,7 +268,7 @@ impl Client {
             stop: stop.clone(),
             tracker: tracker.clone(),
         });
-        for (i, (reader, mut writer, rx)) in tasks.into_iter().enumerate() {
+        for (i, reader, mut writer, rx) in tasks {
             let server = u32::try_from(i).unwrap_or(u32::MAX);
             // Ends this server's writer (and frees its shared memory) once its reader ended.
             let link = inner.stop.child_token();
@@ -341,7 +360,7 @@ impl Client {
             }
             conn
         };
-        let sent = inner.servers.get(conn as usize).is_some_and(|(_, outbox)| outbox.try_send(msg).is_ok());
+        let sent = inner.send(conn, msg);
         if !sent && inner.replicas {
             // The connection's writer ended before its reader reported the break: the request
             // waits for the scheduler's verdict like one parked on a broken connection (sent
