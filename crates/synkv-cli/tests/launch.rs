@@ -96,6 +96,15 @@ fn the_hosted_launcher_places_each_worker_and_stops_the_job_on_a_failure() {
     assert!(f.output.contains("[worker 0] rank=0 of=2 local=0/2 servers=2"), "{}", f.output);
     assert!(f.output.contains("killing worker 0"), "the other worker is killed after the grace period:\n{}", f.output);
 
+    // --dry-run shows what each worker is given and what it does not inherit.
+    let mut cmd = synkv_command();
+    cmd.args(["launch", "--launcher", "hosted", "-n", "2", "-s", "1", "--dry-run", "--", "./train"]);
+    let f = run_bounded("launch", cmd, &[("DMLC_ROLE", "worker")]);
+    assert!(f.status.success(), "{}", f.output);
+    let line = f.output.lines().find(|l| l.starts_with("[worker 1] ")).unwrap_or_else(|| panic!("no worker 1 line:\n{}", f.output));
+    assert!(line.starts_with("[worker 1] env -u DMLC_ROLE "), "{line}");
+    assert!(line.contains(" SYNKV_RANK=1 ") && line.contains(" SYNKV_NUM_SERVERS=1 ") && line.ends_with(" ./train"), "{line}");
+
     let mut cmd = synkv_command();
     cmd.args(["launch", "--launcher", "hosted", "-n", "2", "-s", "3", "--", "true"]);
     let f = run_bounded("launch", cmd, &[]);

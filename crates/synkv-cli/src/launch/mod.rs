@@ -401,14 +401,16 @@ fn free_port(host: &str) -> Result<u16> {
     Ok(synkv::ps::transport::ports::free_port(host)?)
 }
 
-/// `--dry-run`: each process's command as a shell line, with `secret` replaced wherever it
-/// would appear.
+/// `--dry-run`: each process's command as a shell line (`env -u NAME… NAME=VALUE… CMD…`), with
+/// `secret` replaced wherever it would appear.
 fn print_plan(plan: &[Planned], secret: Option<&str>) {
     let mut out = std::io::stdout().lock();
     for p in plan {
+        // Variables the child does not inherit first (`env -u NAME`), then those it is given.
+        let removed = p.cmd.get_envs().filter(|(_, v)| v.is_none()).flat_map(|(k, _)| ["-u".to_owned(), k.to_string_lossy().into_owned()]);
         let env = p.cmd.get_envs().filter_map(|(k, v)| Some(format!("{}={}", k.to_string_lossy(), v?.to_string_lossy())));
         let argv = std::iter::once(p.cmd.get_program()).chain(p.cmd.get_args()).map(|a| a.to_string_lossy().into_owned());
-        let words: Vec<String> = env.chain(argv).collect();
+        let words: Vec<String> = removed.chain(env).chain(argv).collect();
         let mut line = if p.cmd.get_envs().next().is_some() { format!("env {}", ssh::join(&words)) } else { ssh::join(&words) };
         if let Some(s) = secret {
             line = line.replace(s, "<redacted>");
