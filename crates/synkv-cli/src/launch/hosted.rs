@@ -28,17 +28,16 @@ pub(super) fn plan(spec: &JobSpec) -> Result<Vec<Planned>> {
         bail!("-s {servers}: with --launcher hosted the servers are hosted by the worker processes, so -s must be in 1..={workers}");
     }
     let port = synkv::ps::transport::ports::free_port("127.0.0.1").context("finding a free port for the scheduler")?;
+    // MXNet's layout: `DMLC_PS_ROOT_URI` would turn the orchestrator detection off, and a
+    // stray `DMLC_*` is an error under an orchestrator. Other launchers' rank variables need no
+    // removal: `SYNKV_RANK` is the first source the detection reads.
+    let mxnet: Vec<_> = std::env::vars_os().map(|(name, _)| name).filter(|n| n.to_str().is_some_and(|n| n.starts_with("DMLC_"))).collect();
     let mut plan = Vec::with_capacity(workers as usize);
     for i in 0..workers {
         let mut cmd = Command::new(&spec.command[0]);
         cmd.args(&spec.command[1..]);
-        // MXNet's layout: `DMLC_PS_ROOT_URI` would turn the orchestrator detection off, and a
-        // stray `DMLC_*` is an error under an orchestrator. Other launchers' rank variables
-        // need no removal: `SYNKV_RANK` is the first source the detection reads.
-        for (name, _) in std::env::vars_os() {
-            if name.to_str().is_some_and(|n| n.starts_with("DMLC_")) {
-                cmd.env_remove(name);
-            }
+        for name in &mxnet {
+            cmd.env_remove(name);
         }
         cmd.env("SYNKV_RANK", i.to_string())
             .env("SYNKV_WORLD_SIZE", workers.to_string())

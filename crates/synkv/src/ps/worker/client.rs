@@ -134,11 +134,8 @@ impl Inner {
     /// `false` if that connection's writer has ended.
     fn send(&self, server: u32, msg: Message) -> bool {
         let Some((_, outboxes)) = self.servers.get(server as usize) else { return false };
-        if outboxes.is_empty() {
-            return false;
-        }
-        let stream = (msg.request_id % outboxes.len() as u64) as usize;
-        outboxes[stream].try_send(msg).is_ok()
+        let stream = msg.request_id.checked_rem(outboxes.len() as u64).and_then(|s| usize::try_from(s).ok());
+        stream.and_then(|s| outboxes.get(s)).is_some_and(|outbox| outbox.try_send(msg).is_ok())
     }
 
     fn lock(&self) -> MutexGuard<'_, Pending> {
@@ -225,7 +222,7 @@ impl Client {
         let stop = CancellationToken::new();
         let tracker = TaskTracker::new();
         let streams = config.streams.max(1);
-        let mut halves = Vec::with_capacity(servers.len());
+        let mut halves = Vec::with_capacity(servers.len() * streams as usize);
         let mut shared = Vec::with_capacity(servers.len());
         for (i, node) in servers.iter().enumerate() {
             // A server of this process shares memory even with SYNKV_SHM=0 (`share.rs`).
