@@ -54,6 +54,36 @@ def sh(*argv, check=True):
     return r.stdout
 
 
+def allow_congestion(cc):
+    """Lets the namespaces pick TCP congestion control `cc`: outside the initial namespace Linux
+    sets only algorithms listed in the host's net.ipv4.tcp_allowed_congestion_control, and
+    cubic, its own default, is not always there (this machine's list has read `reno bbr`).
+    Adds `cc` to that list (root, initial namespace) when the kernel has it. Returns a note
+    saying what changed (None if nothing had to), or raises Skip saying what to do."""
+    base = "/proc/sys/net/ipv4/"
+    try:
+        with open(base + "tcp_available_congestion_control") as f:
+            available = f.read().split()
+        with open(base + "tcp_allowed_congestion_control") as f:
+            allowed = f.read().split()
+    except OSError as e:
+        raise Skip(f"cannot read this kernel's TCP congestion controls: {e}")
+    if cc in allowed:
+        return None
+    if cc not in available:
+        raise Skip(f"TCP congestion control {cc!r} is not in this kernel (it has {' '.join(available)}): "
+                   f"modprobe tcp_{cc}, or pass --congestion with one of those or 'system'")
+    wanted = " ".join(allowed + [cc])
+    try:
+        with open(base + "tcp_allowed_congestion_control", "w") as f:
+            f.write(wanted)
+    except OSError as e:
+        raise Skip(f"TCP congestion control {cc!r} is not in net.ipv4.tcp_allowed_congestion_control "
+                   f"({' '.join(allowed)}), which namespaces may choose from, and adding it failed ({e}): "
+                   f"run `sysctl -w net.ipv4.tcp_allowed_congestion_control='{wanted}'` as root, or pass --congestion system")
+    return f"added {cc} to net.ipv4.tcp_allowed_congestion_control (was: {' '.join(allowed)})"
+
+
 def rate_bits(rate):
     """'1gbit' -> 1e9 (tc's units: bit, kbit, mbit, gbit are powers of 1000)."""
     m = re.fullmatch(r"(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit)", rate.lower())
@@ -392,6 +422,18 @@ def main():
               "or pass --synkv / SYNKV_BIN)", file=sys.stderr)
         return 2
     a.synkv = os.path.abspath(a.synkv)
+    if a.congestion != "system":
+        try:
+            note = allow_congestion(a.congestion)
+        except Skip as e:
+            if not a.check:
+                return skip(str(e))
+            # The check verifies values and shaping, which any congestion control shows.
+            print(f"note: {e}; the check goes on with this machine's own", file=sys.stderr)
+            a.congestion = "system"
+        else:
+            if note:
+                print(f"note: {note}", file=sys.stderr)
     gloo = None
     if not a.no_gloo:
         a.python = a.python or default_python()
