@@ -180,6 +180,22 @@ fn a_traced_job_writes_a_valid_chrome_trace_per_role() {
     assert!(server.iter().any(|e| e["name"] == "pull" && e["args"]["worker"].is_u64()), "server: pull spans");
     assert!(processes["scheduler"].iter().any(|e| e["name"] == "barrier"), "scheduler: barrier spans");
     assert!(processes["scheduler"].iter().filter(|e| e["name"] == "register").count() == 3, "scheduler: 3 registrations");
+
+    // scripts/trace_steps.py reads the same files: its row counts for round 1 are the spans'.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/trace_steps.py");
+    let out = std::process::Command::new("python3").arg(&script).arg(&dir).arg("1").output().expect("python3 runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "trace_steps.py: {text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.starts_with("round 1 "), "{text}");
+    for (role, op) in [("worker 0", "push"), ("worker 1", "pull"), ("server 0", "sum"), ("server 0", "update")] {
+        let want = processes[role].iter().filter(|e| e["name"] == op && e["args"]["round"] == 1).count();
+        let row = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{role:10} {op} ")))
+            .unwrap_or_else(|| panic!("no {role} {op} row:\n{text}"));
+        let n: usize = row.split_whitespace().nth(3).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("row {row:?}"));
+        assert!(want > 0 && n == want, "{role} {op}: the script counts {n} spans of round 1, the trace has {want}:\n{text}");
+    }
     std::fs::remove_dir_all(&dir).expect("the trace directory");
 }
 
