@@ -34,8 +34,9 @@ cargo test --workspace
 echo "== chaos (short; a new random seed each run, printed so a failure can be repeated)"
 cargo run -q -p synkv-cli -- chaos --kills 3 --rounds 60 --max-secs 300
 # 24 keys of 32 KB: each server's 8 rounds completed by one push update side by side
-# (partition/batch.rs) and replicate to their backups as a batch while servers die.
-cargo run -q -p synkv-cli -- chaos --replicas -s 3 --kills 2 --rounds 60 --keys 24 --key-elems 8192 --max-secs 300
+# (partition/batch.rs) and replicate to their backups as a batch while servers die; two
+# connections per worker and server (SYNKV_STREAMS=2: a break of either is the server's).
+SYNKV_STREAMS=2 cargo run -q -p synkv-cli -- chaos --replicas -s 3 --kills 2 --rounds 60 --keys 24 --key-elems 8192 --max-secs 300
 # Over TCP with a split key of 2.4 MB (800 KB parts): pulled answers land straight in the
 # outputs (transport/landing.rs), so servers die in the middle of landing replies too.
 SYNKV_SHM=0 cargo run -q -p synkv-cli -- chaos --replicas -s 3 --kills 4 --rounds 60 --split-elems 600000 --max-secs 300
