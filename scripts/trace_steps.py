@@ -8,7 +8,11 @@ how many spans, when the first started and the last ended, and their median and 
 duration. Spans of different processes share the wall clock, so the columns line up:
 a worker's push from its start to the server's arrival is the copy and the transfer, the
 server's sum starts once the last worker's push arrived, and the workers' push ends when
-the server's answer came back.
+the server's answer came back. Below each table, every worker's step cut into stages: sent →
+arrived (its first push sent to its last part's arrival at a server: the copy, the network,
+the server's queue), wait others (to the round's last arrival: stragglers), server (the
+sums and updates after that), answer (from their end to this worker's last answer) and
+pull.
 
     SYNKV_TRACE_DIR=/tmp/tr SYNKV_TRACE_ROUNDS=300:303 synkv launch -n 2 -s 1 -- \\
         synkv bench dist --size 1048576 --iters 400
@@ -64,6 +68,37 @@ def table(roles, rnd):
     return rows
 
 
+def stages(roles, rnd):
+    """Each worker's step of round `rnd` cut into stages (µs): from its first push (or pushpull)
+    sent to its last part's arrival at a server; the wait for the other workers' parts (the
+    round's last arrival); the servers' sums and updates after that; from their end to this
+    worker's last answer; and its pulls. None where a stage's spans are missing (no server
+    file, an async store without sums, a step without pulls)."""
+    ofr = lambda evs, names: [e for e in evs if e["name"] in names and e.get("args", {}).get("round") == rnd]
+    servers = [evs for role, evs in roles.items() if role.startswith("server ")]
+    workers = {role: evs for role, evs in roles.items() if role.startswith("worker ")}
+    arrivals = {}
+    for evs in servers:
+        for e in ofr(evs, ("push",)):
+            w = e["args"].get("worker")
+            arrivals[w] = max(arrivals.get(w, e["ts"]), e["ts"])
+    computed = [e["ts"] + e["dur"] for evs in servers for e in ofr(evs, ("sum", "update"))]
+    last_arrival = max(arrivals.values()) if arrivals else None
+    done = max(computed) if computed else None
+    rows = []
+    for role, evs in sorted(workers.items()):
+        rank = int(role.split()[1])
+        pushes = ofr(evs, ("push", "pushpull"))
+        pulls = ofr(evs, ("pull",))
+        sent = min(e["ts"] for e in pushes) if pushes else None
+        answered = max(e["ts"] + e["dur"] for e in pushes) if pushes else None
+        arrived = arrivals.get(rank)
+        diff = lambda a, b: None if a is None or b is None else a - b
+        pull = diff(max(e["ts"] + e["dur"] for e in pulls), min(e["ts"] for e in pulls)) if pulls else None
+        rows.append((role, diff(arrived, sent), diff(last_arrival, arrived), diff(done, last_arrival), diff(answered, done), pull))
+    return rows
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("dir", help="the job's SYNKV_TRACE_DIR")
@@ -85,6 +120,11 @@ def main():
         print(f"  {'role':10} {'op':16} {'n':>4} {'start':>15} {'end':>15} {'median':>7} {'max':>7}")
         for role, op, n, s0, s1, e0, e1, med, mx in rows:
             print(f"  {role:10} {op:16} {n:4d} {s0:7.0f}..{s1:<7.0f} {e0:7.0f}..{e1:<7.0f} {med:7.0f} {mx:7.0f}")
+        print(f"  {'stages':10} {'sent→arrived':>13} {'wait others':>12} {'server':>8} {'answer':>8} {'pull':>8}")
+        cell = lambda v: f"{v:.0f}" if v is not None else "-"
+        for role, *vals in stages(roles, rnd):
+            widths = (13, 12, 8, 8, 8)
+            print(f"  {role:10} " + " ".join(f"{cell(v):>{w}}" for v, w in zip(vals, widths)))
     return status
 
 

@@ -196,6 +196,10 @@ fn a_traced_job_writes_a_valid_chrome_trace_per_role() {
         let n: usize = row.split_whitespace().nth(3).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("row {row:?}"));
         assert!(want > 0 && n == want, "{role} {op}: the script counts {n} spans of round 1, the trace has {want}:\n{text}");
     }
+    // Each worker's stages: five durations, none missing (a server, updates and pulls traced).
+    let stages = text.lines().skip_while(|l| !l.trim_start().starts_with("stages")).skip(1);
+    let rows: Vec<Vec<f64>> = stages.map(|l| l.split_whitespace().skip(2).filter_map(|v| v.parse().ok()).collect()).collect();
+    assert!(rows.len() == 2 && rows.iter().all(|r| r.len() == 5 && r.iter().all(|v| *v >= 0.0)), "stages of both workers:\n{text}");
     std::fs::remove_dir_all(&dir).expect("the trace directory");
 }
 
