@@ -43,6 +43,7 @@ MXNET_VENV="${MXNET_VENV:-$root/.venv-mxnet}"
 TORCH_VENV="${TORCH_VENV:-$root/.venv-torch}"
 [[ "$TORCH_VENV" = /* ]] || TORCH_VENV="$PWD/$TORCH_VENV"
 cd "$root"
+source "$here/machine.sh"
 
 ITERS="${BENCH_ITERS:-20}"
 WARMUP="${BENCH_WARMUP:-3}"
@@ -112,6 +113,7 @@ meta="bench-results/dist-$stamp.meta.txt"
 {
     echo "date: $(date -Is)"
     echo "host: $(uname -srm)  nproc: $(nproc)  loadavg: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
+    machine_line
     echo "iters: $ITERS (x10 up to 4M elements)  warmup: $WARMUP  rounds: $ROUNDS  workers: 2  only: ${ONLY:-both}"
     echo "synkv: ${SYNKV:-(not run)}"
     echo "mxnet venv: $MXNET_VENV"

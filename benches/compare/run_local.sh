@@ -36,6 +36,7 @@ root="$(cd "$here/../.." && pwd)"
 MXNET_VENV="${MXNET_VENV:-$root/.venv-mxnet}"
 [[ "$MXNET_VENV" = /* ]] || MXNET_VENV="$PWD/$MXNET_VENV"
 cd "$root"
+source "$here/machine.sh"
 
 ITERS="${BENCH_ITERS:-20}"
 WARMUP="${BENCH_WARMUP:-3}"
@@ -107,6 +108,7 @@ meta="bench-results/local-$stamp.meta.txt"
 {
     echo "date: $(date -Is)"
     echo "host: $(uname -srm)  nproc: $(nproc)  loadavg: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
+    machine_line
     echo "iters: $ITERS  warmup: $WARMUP  rounds: $ROUNDS  mxnet store: $STORE  only: ${ONLY:-both}"
     echo "synkv: ${SYNKV:-(not run)}"
     echo "mxnet venv: $MXNET_VENV"

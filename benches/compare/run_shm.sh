@@ -25,6 +25,7 @@ if [[ -n "${CI:-}" ]]; then
 fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
+source "$root/benches/compare/machine.sh"
 if [[ -z "${SYNKV_BIN:-}" ]]; then
     cargo build --release -q -p synkv-cli
     SYNKV_BIN="$root/target/release/synkv"
@@ -76,6 +77,7 @@ gloo_job() { # size
     fi
 }
 
+machine_line
 echo "shm/tcp: SYNKV_SHM=1/0; sealed: a per-job secret (the default of synkv launch); plain: SYNKV_INSECURE=1"
 for size in $SIZES; do
     for r in $(seq "$ROUNDS"); do

@@ -84,6 +84,24 @@ def allow_congestion(cc):
     return f"added {cc} to net.ipv4.tcp_allowed_congestion_control (was: {' '.join(allowed)})"
 
 
+def machine():
+    """One line naming the CPU, the widest SIMD its kernels and BLAKE3 can use, and the cores
+    (benches/compare/machine.sh prints the same for the shell scripts)."""
+    model, flags = "unknown cpu", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and model == "unknown cpu":
+                    model = value.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    simd = "avx512f" if "avx512f" in flags else "avx2" if "avx2" in flags else "sse or less"
+    return f"machine: {model}; simd: {simd}; cores: {os.cpu_count()}"
+
+
 def rate_bits(rate):
     """'1gbit' -> 1e9 (tc's units: bit, kbit, mbit, gbit are powers of 1000)."""
     m = re.fullmatch(r"(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit)", rate.lower())
@@ -450,6 +468,7 @@ def main():
     print(f"links: {a.rate} per host each direction (tc tbf), TCP congestion control {cc}; latency NOT emulated (no netem in this "
           f"kernel); placement: {'colocated server+worker per host' if a.colocate else 'one role per host'}; "
           f"{a.iters} iters after {a.warmup} warmup; synkv {a.synkv}; gloo {gloo or 'n/a'}", flush=True)
+    print(machine(), flush=True)
     rows, failed = [], 0
     tmp = tempfile.mkdtemp(prefix="synkv-netns-")
     try:
