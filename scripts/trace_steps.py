@@ -47,10 +47,15 @@ def load(directory):
     return roles
 
 
+def of_round(events, rnd, names=None):
+    """The spans of round `rnd` among `events` (only those named in `names`, if given)."""
+    return [e for e in events if e.get("args", {}).get("round") == rnd and (names is None or e["name"] in names)]
+
+
 def table(roles, rnd):
     """The rows of round `rnd`: (role, op, n, first start, last start, first end, last end,
     median duration, longest), times in µs from the round's first span."""
-    spans = {role: [e for e in evs if e.get("args", {}).get("round") == rnd] for role, evs in roles.items()}
+    spans = {role: of_round(evs, rnd) for role, evs in roles.items()}
     starts = [e["ts"] for evs in spans.values() for e in evs]
     if not starts:
         return []
@@ -74,26 +79,25 @@ def stages(roles, rnd):
     round's last arrival); the servers' sums and updates after that; from their end to this
     worker's last answer; and its pulls. None where a stage's spans are missing (no server
     file, an async store without sums, a step without pulls)."""
-    ofr = lambda evs, names: [e for e in evs if e["name"] in names and e.get("args", {}).get("round") == rnd]
     servers = [evs for role, evs in roles.items() if role.startswith("server ")]
     workers = {role: evs for role, evs in roles.items() if role.startswith("worker ")}
     arrivals = {}
     for evs in servers:
-        for e in ofr(evs, ("push",)):
+        for e in of_round(evs, rnd, ("push",)):
             w = e["args"].get("worker")
             arrivals[w] = max(arrivals.get(w, e["ts"]), e["ts"])
-    computed = [e["ts"] + e["dur"] for evs in servers for e in ofr(evs, ("sum", "update"))]
+    computed = [e["ts"] + e["dur"] for evs in servers for e in of_round(evs, rnd, ("sum", "update"))]
     last_arrival = max(arrivals.values()) if arrivals else None
     done = max(computed) if computed else None
+    diff = lambda a, b: None if a is None or b is None else a - b
     rows = []
     for role, evs in sorted(workers.items()):
         rank = int(role.split()[1])
-        pushes = ofr(evs, ("push", "pushpull"))
-        pulls = ofr(evs, ("pull",))
+        pushes = of_round(evs, rnd, ("push", "pushpull"))
+        pulls = of_round(evs, rnd, ("pull",))
         sent = min(e["ts"] for e in pushes) if pushes else None
         answered = max(e["ts"] + e["dur"] for e in pushes) if pushes else None
         arrived = arrivals.get(rank)
-        diff = lambda a, b: None if a is None or b is None else a - b
         pull = diff(max(e["ts"] + e["dur"] for e in pulls), min(e["ts"] for e in pulls)) if pulls else None
         rows.append((role, diff(arrived, sent), diff(last_arrival, arrived), diff(done, last_arrival), diff(answered, done), pull))
     return rows
