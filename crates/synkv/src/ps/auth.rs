@@ -210,7 +210,7 @@ async fn accept_inner(conn: &mut Connection, secret: Option<&Secret>, me: Identi
     };
     let n = noise.write_message(&me.encode(), &mut payload).map_err(|e| noise_error("message 2", e))?;
     conn.write_message(&Message::welcome(&payload[..n])).await?;
-    conn.set_seal(Seal::new(noise.into_transport_mode().map_err(|e| noise_error("split", e))?));
+    conn.set_seal(Seal::from_handshake(noise).map_err(|e| noise_error("split", e))?);
     match read_within(conn, timeout).await {
         Ok(Some(m)) if m.command == Command::AuthOk => Ok(Some(claim)),
         Ok(Some(m)) => Err(handshake(conn, format!("expected the sealed AuthOk, got {:?}", m.command))),
@@ -301,7 +301,7 @@ async fn connect_inner(conn: &mut Connection, secret: Option<&Secret>, me: Ident
         }
         None => return Err(handshake(conn, "the Welcome's identity is malformed")),
     }
-    conn.set_seal(Seal::new(noise.into_transport_mode().map_err(|e| noise_error("split", e))?));
+    conn.set_seal(Seal::from_handshake(noise).map_err(|e| noise_error("split", e))?);
     conn.write_message(&Message::new(Command::AuthOk)).await
 }
 

@@ -27,7 +27,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::landing::{padded, Landing, Target, LAND_MIN};
-use super::seal::{FrameDigest, Seal, HASH_STEP, TRAILER_LEN};
+use super::seal::{FrameMac, Seal, HASH_STEP, TRAILER_LEN};
 use super::shm::{Descriptor, Incoming, ShmError};
 use crate::ps::proto::{check, parse, parse_head, Command, DecodeError, Flags, Header, Limits, Message, HEADER_LEN};
 use crate::ps::{AuthError, Error, Result};
@@ -146,8 +146,9 @@ pub struct FrameReader {
     stall: Option<Duration>,
     /// After the handshake: every frame is followed by a trailer that must open (`seal.rs`).
     seal: Option<Arc<Seal>>,
-    /// The digest of the current frame's bytes received so far (sealed connections).
-    digest: FrameDigest,
+    /// The MAC of the current frame's bytes received so far (sealed connections; started at
+    /// the frame's first bytes).
+    mac: Option<FrameMac>,
     /// The peer's shared-memory segment, once mapped: frames flagged `SHM` are read from it.
     shm: Option<Arc<Incoming>>,
     /// The peer's broadcast segment and this receiver's bit in it: frames flagged
@@ -173,7 +174,7 @@ impl FrameReader {
             admitted: None,
             stall: None,
             seal: None,
-            digest: FrameDigest::default(),
+            mac: None,
             shm: None,
             broadcast: None,
             declined: false,
@@ -326,19 +327,19 @@ impl FrameReader {
                 Some(len) => len,
                 None => return Ok(None),
             },
-            Some(_) => {
+            Some(seal) => {
                 let Some(len) = self.frame_len()? else { return Ok(None) };
-                // Hash what arrived of the frame while it is still in cache.
+                // Feed the MAC what arrived of the frame while it is still in cache.
                 let arrived = len.min(self.buffer.len());
-                if arrived > self.digest.hashed {
-                    self.digest.update(&self.buffer[self.digest.hashed..arrived]);
+                let fed = self.mac.as_ref().map_or(0, |m| m.fed);
+                if arrived > fed {
+                    self.mac.get_or_insert_with(|| seal.incoming()).update(&self.buffer[fed..arrived]);
                 }
                 if self.buffer.len() < len + TRAILER_LEN {
                     return Ok(None);
                 }
-                let digest = self.digest.finish();
-                let opened = self.seal.as_ref().is_some_and(|seal| seal.open(&self.buffer[len..len + TRAILER_LEN], &digest));
-                if !opened {
+                let mac = self.mac.take().unwrap_or_else(|| seal.incoming());
+                if !seal.open(&self.buffer[len..len + TRAILER_LEN], mac) {
                     return Err(AuthError::Integrity { peer: self.peer.to_string() }.into());
                 }
                 len
@@ -365,7 +366,7 @@ impl FrameReader {
     /// each chunk read from the socket straight into its target, and its padding and trailer
     /// checked. `Ok(None)`: not such a frame (it is then read the usual way).
     async fn try_land(&mut self, ingress: Option<&Ingress>, landings: Landings<'_>) -> Result<Option<Message>> {
-        if self.declined || self.buffer.len() < HEADER_LEN || self.digest.hashed != 0 || self.admitted.is_some() {
+        if self.declined || self.buffer.len() < HEADER_LEN || self.mac.is_some() || self.admitted.is_some() {
             return Ok(None);
         }
         let peer = Arc::clone(&self.peer);
@@ -382,7 +383,8 @@ impl FrameReader {
         // The targets go back to the landing however this ends (the receiver may still need
         // them: to copy a landed value into more outputs, or to write one that did not land).
         let mut claimed = Claimed { landing: Arc::clone(&landing), targets: Some(targets) };
-        let sealed = self.seal.is_some();
+        let seal = self.seal.clone();
+        let sealed = seal.is_some();
         let tail = self.trailer_len() + 8 * claimed.targets().len();
         if let Some(ingress) = ingress {
             self.admitted = Some(ingress.admit(head_len + tail).await?);
@@ -395,8 +397,8 @@ impl FrameReader {
             self.admitted = None;
             return Ok(None);
         }
-        if sealed {
-            self.digest.update(&self.buffer[..head_len]);
+        if let Some(seal) = &seal {
+            self.mac.get_or_insert_with(|| seal.incoming()).update(&self.buffer[..head_len]);
         }
         self.buffer.advance(head_len);
         let count = claimed.targets().len();
@@ -408,16 +410,16 @@ impl FrameReader {
             let early = len.min(self.buffer.len());
             dst[..early].copy_from_slice(&self.buffer[..early]);
             self.buffer.advance(early);
-            if sealed {
-                self.digest.update(&dst[..early]);
+            if let Some(mac) = self.mac.as_mut() {
+                mac.update(&dst[..early]);
             }
             let mut pos = early;
             while pos < len {
                 let end = if sealed { (pos + HASH_STEP).min(len) } else { len };
                 let n = self.read_some(&mut dst[pos..end]).await?;
-                if sealed {
-                    // Hashed while still in cache.
-                    self.digest.update(&dst[pos..pos + n]);
+                if let Some(mac) = self.mac.as_mut() {
+                    // Fed while still in cache.
+                    mac.update(&dst[pos..pos + n]);
                 }
                 pos += n;
             }
@@ -426,16 +428,15 @@ impl FrameReader {
             if self.buffer[..pad].iter().any(|b| *b != 0) {
                 return Err(protocol(DecodeError::InvalidField { field: "chunk padding", value: 0 }));
             }
-            if sealed {
-                self.digest.update(&self.buffer[..pad]);
+            if let Some(mac) = self.mac.as_mut() {
+                mac.update(&self.buffer[..pad]);
             }
             self.buffer.advance(pad);
         }
-        if sealed {
+        if let Some(seal) = &seal {
             self.fill_to(TRAILER_LEN).await?;
-            let digest = self.digest.finish();
-            let opened = self.seal.as_ref().is_some_and(|seal| seal.open(&self.buffer[..TRAILER_LEN], &digest));
-            if !opened {
+            let mac = self.mac.take().unwrap_or_else(|| seal.incoming());
+            if !seal.open(&self.buffer[..TRAILER_LEN], mac) {
                 return Err(AuthError::Integrity { peer: self.peer.to_string() }.into());
             }
             self.buffer.advance(TRAILER_LEN);

@@ -21,7 +21,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use super::seal::{FrameDigest, Seal, HASH_STEP};
+use super::seal::{FrameMac, Seal, HASH_STEP};
 use super::shm::{Member, Outgoing, DESCRIPTOR_LEN};
 use crate::ps::proto::{Chunk, Command, EncodeError, Flags, Limits, Message};
 use crate::ps::{Error, Result};
@@ -30,8 +30,8 @@ use crate::ps::{Error, Result};
 const MAX_IOV: usize = 64;
 /// Source of chunk padding.
 static ZEROS: [u8; 8] = [0; 8];
-/// Sealed frames up to this size are hashed before the write, so the trailer travels in the
-/// same vectored write; larger ones are hashed as each write call sends them.
+/// Sealed frames up to this size are fed to their MAC before the write, so the trailer travels
+/// in the same vectored write; larger ones are fed as each write call sends them.
 const SEAL_AHEAD_MAX: usize = 256 << 10;
 
 /// The writing half of a [`Connection`](super::Connection).
@@ -195,38 +195,38 @@ fn no_progress() -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::TimedOut, "no progress")
 }
 
-/// Writes a frame's segments and its trailer: small frames hashed first and written with the
-/// trailer in one go, large ones hashed as they are written.
+/// Writes a frame's segments and its trailer: small frames MACed first and written with the
+/// trailer in one go, large ones MACed as they are written.
 async fn write_sealed<W: AsyncWrite + Unpin + ?Sized>(
     w: &mut W,
     mut segments: Vec<Bytes>,
     stall: Option<Duration>,
     seal: &Seal,
 ) -> std::io::Result<()> {
-    let mut digest = FrameDigest::default();
+    let mut mac = seal.outgoing();
     if segments.iter().map(Bytes::len).sum::<usize>() <= SEAL_AHEAD_MAX {
-        segments.iter().for_each(|s| digest.update(s));
-        segments.push(Bytes::copy_from_slice(&seal.seal(&digest.finish())?));
+        segments.iter().for_each(|s| mac.update(s));
+        segments.push(Bytes::copy_from_slice(&seal.seal(mac)?));
         return write_all_vectored(w, segments, stall, None).await;
     }
-    write_all_vectored(w, segments, stall, Some(&mut digest)).await?;
-    let trailer = Bytes::copy_from_slice(&seal.seal(&digest.finish())?);
+    write_all_vectored(w, segments, stall, Some(&mut mac)).await?;
+    let trailer = Bytes::copy_from_slice(&seal.seal(mac)?);
     write_all_vectored(w, vec![trailer], stall, None).await
 }
 
 /// Writes every segment, in order, with as few vectored writes as the stream allows; each
-/// write call bounded by `stall`. With `digest`, the bytes each call wrote are hashed into it.
+/// write call bounded by `stall`. With `mac`, the bytes each call wrote are fed to it.
 async fn write_all_vectored<W: AsyncWrite + Unpin + ?Sized>(
     w: &mut W,
     mut segments: Vec<Bytes>,
     stall: Option<Duration>,
-    mut digest: Option<&mut FrameDigest>,
+    mut mac: Option<&mut FrameMac>,
 ) -> std::io::Result<()> {
     let mut first = 0;
     while first < segments.len() {
         let written = {
-            // While digesting, at most HASH_STEP bytes per call (hashed while still in cache).
-            let mut budget = if digest.is_some() { HASH_STEP } else { usize::MAX };
+            // While sealing, at most HASH_STEP bytes per call (fed to the MAC while in cache).
+            let mut budget = if mac.is_some() { HASH_STEP } else { usize::MAX };
             let slices: Vec<IoSlice<'_>> = segments[first..]
                 .iter()
                 .take(MAX_IOV)
@@ -248,8 +248,8 @@ async fn write_all_vectored<W: AsyncWrite + Unpin + ?Sized>(
         while left > 0 && first < segments.len() {
             let seg = &mut segments[first];
             let done = left.min(seg.len());
-            if let Some(d) = digest.as_deref_mut() {
-                d.update(&seg[..done]);
+            if let Some(m) = mac.as_deref_mut() {
+                m.update(&seg[..done]);
             }
             if left >= seg.len() {
                 left -= seg.len();
