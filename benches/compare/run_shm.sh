@@ -10,7 +10,8 @@
 # one request, the all_reduce equivalent the PyTorch front-end issues), then two jobs of two
 # processes hosting a server each (`tcp_hosted` with `SYNKV_SHM=0`, `shm_hosted` without,
 # plain; see hosted_job) and one where rank 0's process hosts the only server (`tcp_hosted1`,
-# `SYNKV_SHM=0`: the literal 2 workers × 1 server, the other worker over TCP), then gloo's all_reduce
+# `SYNKV_SHM=0`: the literal 2 workers × 1 server, the other worker over TCP; plain, and sealed
+# under a per-job `SYNKV_SECRET` as `tcp_hosted1_sealed`), then gloo's all_reduce
 # of the same tensor (if TORCH_PY has torch with gloo). 2 workers, 1 server, `synkv bench
 # dist` push then pull unless said otherwise; a job's time is the slowest worker's median. Prints the medians over rounds and per-round ratios; records go
 # to bench-results/shm-<date>.jsonl.
@@ -64,8 +65,11 @@ synkv_job() { # shm(0|1) sealed|plain size [bench dist options]
 # torchrun starts them, SYNKV_NUM_SERVERS=2), plain frames: a worker reaches its own process's
 # server through memory whatever SYNKV_SHM says, the other one's over TCP with SYNKV_SHM=0
 # (BytePS's colocated servers; the layout of a multi-host job with a server per host).
+# HOSTED_SECRET set: sealed under that secret instead of plain.
 hosted_job() { # shm(0|1) servers(1|2) size [bench dist options]
-    env -u SYNKV_SECRET SYNKV_INSECURE=1 "SYNKV_SHM=$1" timeout 600 "$SYNKV_BIN" launch --launcher hosted -n 2 -s "$2" -- \
+    local frames=(SYNKV_INSECURE=1)
+    [[ -n "${HOSTED_SECRET:-}" ]] && frames=("SYNKV_SECRET=$HOSTED_SECRET")
+    env -u SYNKV_SECRET -u SYNKV_INSECURE "${frames[@]}" "SYNKV_SHM=$1" timeout 600 "$SYNKV_BIN" launch --launcher hosted -n 2 -s "$2" -- \
         "$SYNKV_BIN" bench dist --size "$3" --iters "$(iters_for "$3")" --warmup 3 --json "${@:4}" 2>/dev/null \
         | sed -n 's/^\[worker [0-9]*\] //p'
 }
@@ -85,8 +89,9 @@ for size in $SIZES; do
         a=$(synkv_job 1 sealed "$size"); b=$(synkv_job 0 sealed "$size")
         c=$(synkv_job 1 plain "$size"); d=$(synkv_job 0 plain "$size"); p=$(synkv_job 1 sealed "$size" --pushpull)
         h=$(hosted_job 0 2 "$size" | slowest); hs=$(hosted_job 1 2 "$size" | slowest); h1=$(hosted_job 0 1 "$size" | slowest)
+        h1s=$(HOSTED_SECRET="$(python3 -c 'import secrets; print(secrets.token_hex(32))')" hosted_job 0 1 "$size" | slowest)
         g=$(gloo_job "$size")
-        echo "{\"size\":$size,\"round\":$r,\"shm_sealed_ms\":$a,\"tcp_sealed_ms\":$b,\"shm_plain_ms\":$c,\"tcp_plain_ms\":$d,\"shm_pushpull_ms\":$p,\"tcp_hosted_ms\":$h,\"shm_hosted_ms\":$hs,\"tcp_hosted1_ms\":$h1,\"gloo_ms\":$g}" | tee -a "$out"
+        echo "{\"size\":$size,\"round\":$r,\"shm_sealed_ms\":$a,\"tcp_sealed_ms\":$b,\"shm_plain_ms\":$c,\"tcp_plain_ms\":$d,\"shm_pushpull_ms\":$p,\"tcp_hosted_ms\":$h,\"shm_hosted_ms\":$hs,\"tcp_hosted1_ms\":$h1,\"tcp_hosted1_sealed_ms\":$h1s,\"gloo_ms\":$g}" | tee -a "$out"
     done
 done
 python3 - "$out" <<'PY'
@@ -94,13 +99,14 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 for size in sorted({r["size"] for r in rows}, reverse=True):
     rs = [r for r in rows if r["size"] == size]
-    med = lambda k: statistics.median(r[k] for r in rs) if all(r[k] is not None for r in rs) else None
-    ratio = lambda a, b: statistics.median(r[a] / r[b] for r in rs) if all(r[b] for r in rs) else None
-    cols = ["shm_sealed_ms", "tcp_sealed_ms", "shm_plain_ms", "tcp_plain_ms", "shm_pushpull_ms", "tcp_hosted_ms", "shm_hosted_ms", "tcp_hosted1_ms", "gloo_ms"]
+    med = lambda k: statistics.median(r[k] for r in rs) if all(r.get(k) is not None for r in rs) else None
+    ratio = lambda a, b: statistics.median(r[a] / r[b] for r in rs) if all(r.get(a) and r.get(b) for r in rs) else None
+    cols = ["shm_sealed_ms", "tcp_sealed_ms", "shm_plain_ms", "tcp_plain_ms", "shm_pushpull_ms", "tcp_hosted_ms", "shm_hosted_ms", "tcp_hosted1_ms", "tcp_hosted1_sealed_ms", "gloo_ms"]
     print(f"size {size}: " + ", ".join(f"{c[:-3]} {med(c):.1f} ms" if med(c) is not None else f"{c[:-3]} n/a" for c in cols))
     for a, b in [("shm_sealed_ms", "shm_plain_ms"), ("tcp_sealed_ms", "tcp_plain_ms"), ("shm_sealed_ms", "tcp_sealed_ms"),
                  ("shm_sealed_ms", "gloo_ms"), ("shm_pushpull_ms", "gloo_ms"), ("tcp_plain_ms", "gloo_ms"),
-                 ("tcp_hosted_ms", "gloo_ms"), ("shm_hosted_ms", "gloo_ms"), ("tcp_hosted1_ms", "gloo_ms")]:
+                 ("tcp_hosted_ms", "gloo_ms"), ("shm_hosted_ms", "gloo_ms"), ("tcp_hosted1_ms", "gloo_ms"),
+                 ("tcp_hosted1_sealed_ms", "gloo_ms"), ("tcp_hosted1_sealed_ms", "tcp_hosted1_ms")]:
         r = ratio(a, b)
         print(f"  {a[:-3]} / {b[:-3]}: " + (f"{r:.3f} (median of per-round ratios)" if r is not None else "n/a"))
 PY

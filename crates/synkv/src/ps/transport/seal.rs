@@ -1,7 +1,7 @@
 //! [`Seal`]: the integrity of every frame after a connection's handshake.
 //!
-//! Each frame is followed by a [`TRAILER_LEN`]-byte trailer: the frame's 256-bit AEGIS-256 MAC
-//! tag (RFC 10032), encrypted and authenticated by the connection's Noise transport state
+//! Each frame is followed by a [`TRAILER_LEN`]-byte trailer: the frame's 256-bit AEGIS-128X2
+//! MAC tag (RFC 10032), encrypted and authenticated by the connection's Noise transport state
 //! (ChaCha20-Poly1305 under that direction's session key). The MAC is keyed per direction with
 //! a key derived from the Noise split (so only the two ends of this connection hold it) and
 //! takes the frame's number in that direction as its nonce, which is also the Noise nonce that
@@ -9,31 +9,36 @@
 //! the trailer fail to open: the reader returns
 //! [`AuthError::Integrity`](crate::ps::AuthError::Integrity) and the connection is closed.
 //! AEGIS carries the bulk because, on AES hardware, it authenticates several times faster than
-//! BLAKE3 hashes or either Noise AEAD authenticates (BENCHMARKS.md, 2026-12-07).
+//! BLAKE3 hashes or either Noise AEAD authenticates; AEGIS-128X2 (two AEGIS-128L states side by
+//! side) runs on 256-bit vector AES where the CPU has it and interleaves the two states on
+//! AES-NI alone, with the 128-bit forgery security every AEGIS variant targets (BENCHMARKS.md,
+//! 2026-12-07).
 //!
 //! The MAC is taken as the bytes move: the writer feeds it what each write call handed to the
 //! kernel, the reader what each read received, while those bytes are still in cache.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use aegis::aegis256::Aegis256Mac;
+use aegis::aegis128x2::Aegis128X2Mac;
 
 /// Bytes after every sealed frame: a 32-byte MAC tag and a 16-byte Noise tag.
 pub const TRAILER_LEN: usize = 32 + 16;
 /// The most bytes one read or write call moves on a sealed connection, so the bytes just moved
-/// are still in the core's cache when the MAC reads them; a few more system calls are cheaper.
-pub(crate) const HASH_STEP: usize = 256 << 10;
+/// are still in the core's caches when the MAC reads them. 1 MiB: on one host over TCP a sealed
+/// 16M step took 1.03–1.10× the plain one, against 1.12–1.25× with 256 KiB steps (more system
+/// calls; BENCHMARKS.md, 2026-12-07 morning).
+pub(crate) const HASH_STEP: usize = 1 << 20;
 
 /// Derivation context of the frame MAC keys (BLAKE3 `derive_key`, from a Noise split key).
-const MAC_CONTEXT: &str = "synkv 2026-12-07 frame MAC key (AEGIS-256) from a Noise split key";
+const MAC_CONTEXT: &str = "synkv 2026-12-07 frame MAC key (AEGIS-128X2) from a Noise split key";
 
 /// One connection's session keys and frame counters (both directions).
 pub struct Seal {
     state: Mutex<snow::TransportState>,
     /// MAC key of the frames this end sends.
-    send_key: [u8; 32],
+    send_key: MacKey,
     /// MAC key of the frames this end receives.
-    recv_key: [u8; 32],
+    recv_key: MacKey,
 }
 
 impl std::fmt::Debug for Seal {
@@ -57,11 +62,7 @@ impl Seal {
         let (first, second) = noise.dangerously_get_raw_split();
         let (send, recv) = if noise.is_initiator() { (first, second) } else { (second, first) };
         let state = noise.into_transport_mode()?;
-        Ok(Seal {
-            state: Mutex::new(state),
-            send_key: blake3::derive_key(MAC_CONTEXT, &send),
-            recv_key: blake3::derive_key(MAC_CONTEXT, &recv),
-        })
+        Ok(Seal { state: Mutex::new(state), send_key: mac_key(&send), recv_key: mac_key(&recv) })
     }
 
     fn state(&self) -> MutexGuard<'_, snow::TransportState> {
@@ -110,9 +111,18 @@ impl Seal {
     }
 }
 
+type MacKey = [u8; 16];
+
+/// The MAC key derived from a Noise split key.
+fn mac_key(split: &[u8; 32]) -> MacKey {
+    let mut key = [0u8; 16];
+    key.copy_from_slice(&blake3::derive_key(MAC_CONTEXT, split)[..16]);
+    key
+}
+
 /// The running MAC of one frame's bytes, fed as they move.
 pub(crate) struct FrameMac {
-    mac: Aegis256Mac<32>,
+    mac: Aegis128X2Mac<32>,
     /// The frame's number in its direction (the MAC's and the trailer's nonce).
     nonce: u64,
     /// Bytes of the frame fed so far.
@@ -120,10 +130,10 @@ pub(crate) struct FrameMac {
 }
 
 impl FrameMac {
-    fn new(key: &[u8; 32], nonce: u64) -> FrameMac {
-        let mut n = [0u8; 32];
+    fn new(key: &MacKey, nonce: u64) -> FrameMac {
+        let mut n = [0u8; 16];
         n[..8].copy_from_slice(&nonce.to_le_bytes());
-        FrameMac { mac: Aegis256Mac::new_with_nonce(key, &n), nonce, fed: 0 }
+        FrameMac { mac: Aegis128X2Mac::new_with_nonce(key, &n), nonce, fed: 0 }
     }
 
     pub(crate) fn update(&mut self, bytes: &[u8]) {
