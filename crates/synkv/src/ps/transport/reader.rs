@@ -27,7 +27,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::landing::{padded, Landing, Target, LAND_MIN};
-use super::seal::{FrameMac, Seal, HASH_STEP, TRAILER_LEN};
+use super::seal::{FrameMac, Seal, MAC_STEP, TRAILER_LEN};
 use super::shm::{Descriptor, Incoming, ShmError};
 use crate::ps::proto::{check, parse, parse_head, Command, DecodeError, Flags, Header, Limits, Message, HEADER_LEN};
 use crate::ps::{AuthError, Error, Result};
@@ -287,7 +287,7 @@ impl FrameReader {
             self.make_room(want, whole, ingress);
             let limit = want.saturating_sub(self.buffer.len()).saturating_add(LOOKAHEAD);
             let limit = limit.min(self.buffer.capacity() - self.buffer.len()).max(1);
-            let limit = if self.seal.is_some() { limit.min(HASH_STEP) } else { limit };
+            let limit = if self.seal.is_some() { limit.min(MAC_STEP) } else { limit };
             let stall = self.stall.filter(|_| !self.buffer.is_empty());
             let mut io = (&mut self.io).take(u64::try_from(limit).unwrap_or(u64::MAX));
             let n = match stall {
@@ -415,7 +415,7 @@ impl FrameReader {
             }
             let mut pos = early;
             while pos < len {
-                let end = if sealed { (pos + HASH_STEP).min(len) } else { len };
+                let end = if sealed { (pos + MAC_STEP).min(len) } else { len };
                 let n = self.read_some(&mut dst[pos..end]).await?;
                 if let Some(mac) = self.mac.as_mut() {
                     // Fed while still in cache.

@@ -27,7 +27,7 @@ pub const TRAILER_LEN: usize = 32 + 16;
 /// are still in the core's caches when the MAC reads them. 1 MiB: on one host over TCP a sealed
 /// 16M step took 1.03–1.10× the plain one, against 1.12–1.25× with 256 KiB steps (more system
 /// calls; BENCHMARKS.md, 2026-12-07 morning).
-pub(crate) const HASH_STEP: usize = 1 << 20;
+pub(crate) const MAC_STEP: usize = 1 << 20;
 
 /// Derivation context of the frame MAC keys (BLAKE3 `derive_key`, from a Noise split key).
 const MAC_CONTEXT: &str = "synkv 2026-12-07 frame MAC key (AEGIS-128X2) from a Noise split key";

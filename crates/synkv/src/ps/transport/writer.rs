@@ -21,7 +21,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use super::seal::{FrameMac, Seal, HASH_STEP};
+use super::seal::{FrameMac, Seal, MAC_STEP};
 use super::shm::{Member, Outgoing, DESCRIPTOR_LEN};
 use crate::ps::proto::{Chunk, Command, EncodeError, Flags, Limits, Message};
 use crate::ps::{Error, Result};
@@ -225,8 +225,8 @@ async fn write_all_vectored<W: AsyncWrite + Unpin + ?Sized>(
     let mut first = 0;
     while first < segments.len() {
         let written = {
-            // While sealing, at most HASH_STEP bytes per call (fed to the MAC while in cache).
-            let mut budget = if mac.is_some() { HASH_STEP } else { usize::MAX };
+            // While sealing, at most MAC_STEP bytes per call (fed to the MAC while in cache).
+            let mut budget = if mac.is_some() { MAC_STEP } else { usize::MAX };
             let slices: Vec<IoSlice<'_>> = segments[first..]
                 .iter()
                 .take(MAX_IOV)
