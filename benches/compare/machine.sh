@@ -1,6 +1,6 @@
 # Sourced by the benchmark scripts: `machine_line` prints one line saying what machine the
-# figures come from — the CPU model, the widest SIMD the kernels and BLAKE3 can use there
-# (they pick it at run time, so the same binary runs its AVX-512, AVX2 or SSE paths), cores,
+# figures come from — the CPU model, the widest SIMD the kernels can use there (they pick it
+# at run time, so the same binary runs its AVX-512, AVX2 or SSE paths), cores,
 # and the load — so that records taken on different days can be compared (this development
 # VM lost AVX-512 after a reboot on 2026-12-07).
 machine_line() {

@@ -62,10 +62,10 @@ synkv_job() { # shm(0|1) sealed|plain size [bench dist options]
 }
 
 # Two processes that host a server each (`synkv launch --launcher hosted`: started as
-# torchrun starts them, SYNKV_NUM_SERVERS=2), plain frames: a worker reaches its own process's
-# server through memory whatever SYNKV_SHM says, the other one's over TCP with SYNKV_SHM=0
-# (BytePS's colocated servers; the layout of a multi-host job with a server per host).
-# HOSTED_SECRET set: sealed under that secret instead of plain.
+# torchrun starts them, SYNKV_NUM_SERVERS=2), plain frames unless HOSTED_SECRET is set: a
+# worker reaches its own process's server through memory whatever SYNKV_SHM says, the other
+# one's over TCP with SYNKV_SHM=0 (BytePS's colocated servers; the layout of a multi-host job
+# with a server per host).
 hosted_job() { # shm(0|1) servers(1|2) size [bench dist options]
     local frames=(SYNKV_INSECURE=1)
     [[ -n "${HOSTED_SECRET:-}" ]] && frames=("SYNKV_SECRET=$HOSTED_SECRET")

@@ -384,7 +384,6 @@ impl FrameReader {
         // them: to copy a landed value into more outputs, or to write one that did not land).
         let mut claimed = Claimed { landing: Arc::clone(&landing), targets: Some(targets) };
         let seal = self.seal.clone();
-        let sealed = seal.is_some();
         let tail = self.trailer_len() + 8 * claimed.targets().len();
         if let Some(ingress) = ingress {
             self.admitted = Some(ingress.admit(head_len + tail).await?);
@@ -415,7 +414,7 @@ impl FrameReader {
             }
             let mut pos = early;
             while pos < len {
-                let end = if sealed { (pos + MAC_STEP).min(len) } else { len };
+                let end = if seal.is_some() { (pos + MAC_STEP).min(len) } else { len };
                 let n = self.read_some(&mut dst[pos..end]).await?;
                 if let Some(mac) = self.mac.as_mut() {
                     // Fed while still in cache.
