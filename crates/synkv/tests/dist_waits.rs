@@ -65,7 +65,7 @@ async fn workers_finishing_far_apart_all_end_cleanly_and_a_finished_worker_count
         let (sched, server, early, late) = cluster(&t).await;
         let mut done = server.done_workers();
         let finishing = tokio::spawn(early.finish());
-        done.wait_for(|d| d.contains(&0)).await.unwrap();
+        done.wait_for(|d| d.ranks.contains(&0)).await.unwrap();
         // The finished worker takes part in no later barrier: the other one is not held up.
         late.barrier(Group::WORKERS).await.unwrap();
         tokio::time::sleep(10 * TIMEOUT).await;
@@ -86,7 +86,7 @@ async fn a_finished_worker_that_left_still_counts_as_done() {
         let mut done = server.done_workers();
         // The early worker says it is done, then its process goes away (connection closed).
         let finishing = tokio::spawn(early.finish());
-        done.wait_for(|d| d.contains(&0)).await.unwrap();
+        done.wait_for(|d| d.ranks.contains(&0)).await.unwrap();
         finishing.abort();
         let _ = finishing.await;
         tokio::time::sleep(3 * TIMEOUT).await;

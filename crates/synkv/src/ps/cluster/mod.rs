@@ -257,11 +257,11 @@ impl Cluster {
         self.send(Message::new(Command::CheckpointAt).with_request_id(at)).await
     }
 
-    /// The ranks of the workers that rounds must not wait for, updated as the scheduler
-    /// reports them: those that finished, and those that died and may be restarted
-    /// (`SYNKV_WORKER_RESTARTS=1`) until they are back.
-    pub fn done_workers(&self) -> watch::Receiver<BTreeSet<Rank>> {
-        self.watch_status(|s| s.done_workers.union(&s.away_workers).copied().collect())
+    /// The workers that rounds must not wait for, updated as the scheduler reports them: those
+    /// that finished, and those that died and may be restarted (`SYNKV_WORKER_RESTARTS=1`)
+    /// until they are back.
+    pub fn done_workers(&self) -> watch::Receiver<Absent> {
+        self.watch_status(|s| Absent { ranks: s.done_workers.union(&s.away_workers).copied().collect(), moves: s.worker_moves })
     }
 
     /// Whether this worker took the rank of one that died (a restart into a running job).
@@ -362,4 +362,22 @@ fn validate_node_list(list: &Message, registered: &Node, config: &Config, schedu
     let mut nodes = list.meta.nodes.clone();
     nodes.sort_by_key(|n| n.id);
     Ok((me.clone(), nodes))
+}
+
+/// The workers a round need not wait for, as the scheduler reported them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Absent {
+    /// Workers that finished, and workers that died and may be restarted.
+    pub ranks: BTreeSet<Rank>,
+    /// How many times a worker died, came back or finished so far: a rejoined worker's hold
+    /// on a server's rounds set before the latest of these no longer holds them while it is
+    /// in `ranks` (`server/round.rs`).
+    pub moves: u64,
+}
+
+impl Absent {
+    /// Finished or dead workers `ranks`, after `moves` moves.
+    pub fn new(ranks: impl IntoIterator<Item = Rank>, moves: u64) -> Absent {
+        Absent { ranks: ranks.into_iter().collect(), moves }
+    }
 }

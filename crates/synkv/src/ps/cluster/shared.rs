@@ -53,6 +53,8 @@ pub(super) struct Status {
     pub(super) dead_servers: Vec<Rank>,
     /// Workers that died and may be restarted (`WorkerAway`, until `WorkerBack`).
     pub(super) away_workers: BTreeSet<Rank>,
+    /// `NodeDone` of a worker, `WorkerAway` and `WorkerBack` messages so far.
+    pub(super) worker_moves: u64,
 }
 
 #[derive(Debug)]
@@ -159,6 +161,7 @@ impl Shared {
                     tracing::info!("{node} finished");
                     self.status.send_modify(|s| {
                         s.done_workers.insert(rank);
+                        s.worker_moves += 1;
                     });
                 }
                 Ok(node) => tracing::warn!("ignoring NodeDone for {node}, which is not a worker"),
@@ -201,6 +204,7 @@ impl Shared {
                         } else {
                             s.away_workers.remove(&rank);
                         }
+                        s.worker_moves += 1;
                     });
                 }
                 Ok(node) => tracing::warn!("ignoring {:?} for {node}, which is not a worker", msg.command),

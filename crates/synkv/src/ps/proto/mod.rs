@@ -100,7 +100,7 @@
 //! | 0x0010 | `OFFSETS`    | the meta carries key offsets (set by the encoder when `Meta::offsets` is non-empty) |
 //! | 0x0020 | `ROUNDS`     | the meta carries round ids (set by the encoder when `Meta::rounds` is non-empty); `OFFSETS` and `ROUNDS` on a frame without keys are refused |
 //! | 0x0040 | `RETRY`      | a request re-sent after a failover: a push whose round was already applied is answered as done, not refused as a duplicate |
-//! | 0x0080 | `ROUND_IDS`  | a `Pull` asking for the round id the sender's next push of each key part must carry (`meta.rounds` in the reply): a restarted worker continues its predecessor's count |
+//! | 0x0080 | `ROUND_IDS`  | a `Pull` asking for the round id the sender's next push of each key part must carry (`meta.rounds` in the reply): a restarted worker continues its predecessor's count; with `meta.rounds` (one per key part, sync) it rejoins each part at that round (`server/round.rs`) |
 //! | 0x0100 | `SHM`        | every chunk is a 32-byte descriptor (slot offset, slot sequence number, start, length; u64 LE) of bytes in a slot of the sender's shared-memory segment (all chunks of a frame in one slot); the receiving transport reads them in place and clears the flag |
 //!
 //! A worker's data request names its partition (header offset 10): the server rank the slicer

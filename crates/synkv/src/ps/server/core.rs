@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use super::error::ServerError;
 use super::partition::{Partition, Role};
 use crate::ps::checkpoint::Shard;
+use crate::ps::cluster::Absent;
 use crate::ps::node::{NodeId, Rank};
 use crate::ps::proto::{ErrorCode, Message};
 use crate::ps::transport::share::BroadcastHub;
@@ -50,7 +51,7 @@ pub(super) enum Event {
     /// The connection ended; its waiting requests are forgotten.
     Closed { conn: u64 },
     /// The workers that finished so far (they push no more).
-    WorkersDone(BTreeSet<Rank>),
+    WorkersDone(Absent),
     /// A clock tick (straggler reports).
     Tick,
     /// A message for every connection (a server's last word before it stops).
@@ -140,7 +141,7 @@ pub(super) struct Core {
     settings: Settings,
     conns: HashMap<u64, (Outbox, CancellationToken)>,
     parts: BTreeMap<u32, Partition>,
-    done: BTreeSet<Rank>,
+    done: Absent,
     /// Partitions waiting for their first backup link.
     awaiting_backup: BTreeSet<u32>,
     /// Requests for a partition that cannot serve yet (see the module docs).
@@ -155,7 +156,7 @@ impl Core {
         let mut parts = BTreeMap::new();
         parts.insert(settings.rank, Partition::new(settings.clone(), Role::Primary));
         let awaiting_backup = if settings.replicas { BTreeSet::from([settings.rank]) } else { BTreeSet::new() };
-        Core { me, settings, conns: HashMap::default(), parts, done: BTreeSet::new(), awaiting_backup, parked: Vec::new(), ready: None }
+        Core { me, settings, conns: HashMap::default(), parts, done: Absent::default(), awaiting_backup, parked: Vec::new(), ready: None }
     }
 
     /// Reports completed backup copies on `ready`.
@@ -285,7 +286,12 @@ impl Core {
             return;
         };
         let settings = Settings { rank: partition, ..self.settings.clone() };
-        let p = self.parts.entry(partition).or_insert_with(|| Partition::new(settings, Role::Replica));
+        let done = &self.done;
+        let p = self.parts.entry(partition).or_insert_with(|| {
+            let mut p = Partition::new(settings, Role::Replica);
+            p.workers_done(done);
+            p
+        });
         match p.replicated(msg) {
             Ok(true) => {
                 tracing::info!("the backup copy of partition {partition} is complete");

@@ -74,7 +74,7 @@ pub fn handle_frames(data: &[u8]) {
         }
         while rx.try_recv().is_some() {}
     }
-    core.on_event(Event::WorkersDone([1].into()));
+    core.on_event(Event::WorkersDone(crate::ps::cluster::Absent::new([1], 1)));
     while rx.try_recv().is_some() {}
 }
 

@@ -375,7 +375,7 @@ impl<T: Transport> Links<'_, T> {
                 () = expired => {
                     let now = tokio::time::Instant::now();
                     broken.retain(|(l, _)| topology.alive(l.backup));
-                    if done.borrow().len() >= usize::try_from(self.config.num_workers).unwrap_or(usize::MAX) {
+                    if done.borrow().ranks.len() >= usize::try_from(self.config.num_workers).unwrap_or(usize::MAX) {
                         // The job is over: backups leave as they please.
                         broken.clear();
                     }

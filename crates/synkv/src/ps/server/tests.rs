@@ -409,7 +409,7 @@ fn finished_workers_no_longer_hold_sync_rounds() {
     h.send(1, data(Command::Push, Flags::NONE, &[(1, vec![2.0; 2])]));
     assert!(h.replies().is_empty(), "waits for worker 2");
     // Worker 2 finished (an uneven last epoch): the round completes without it.
-    h.core.on_event(Event::WorkersDone([2].into()));
+    h.core.on_event(Event::WorkersDone(crate::ps::cluster::Absent::new([2], 1)));
     assert_eq!(h.replies().len(), 2);
     assert_eq!(h.pull(1, 2), vec![3.0; 2]);
     h.send(0, data(Command::Push, Flags::NONE, &[(1, vec![5.0; 2])]));
@@ -797,6 +797,63 @@ fn round_ids_tell_a_restarted_worker_where_its_predecessor_stopped() {
     }
     h.replies();
     assert_eq!((ask(&mut h, 0), ask(&mut h, 1)), (0, 3));
+}
+
+/// Two servers, each holding one part of a key, hear of worker 1's death at different times:
+/// server A completes round 3 without it, server B never notices (its death and return
+/// reached B together). The restarted worker asks both parts' round ids (4 and 3), then
+/// rejoins both at the latest, 4: B's round 3 completes without it, and from round 4 on both
+/// parts sum the same pushes — the key's parts stay in step.
+#[test]
+fn a_restarted_worker_rejoins_every_part_of_a_key_at_the_same_round() {
+    let (mut a, mut b) = (harness(2), harness(2));
+    for h in [&mut a, &mut b] {
+        h.init(&[(5, vec![0.0; 2])]);
+        for round in 0..3 {
+            for w in 0..2 {
+                h.send(w, push_of_round(5, vec![1.0; 2], round));
+            }
+        }
+        assert_eq!(h.replies().len(), 6);
+        // Worker 0's push of round 3 waits for worker 1, which dies.
+        h.send(0, push_of_round(5, vec![1.0; 2], 3));
+    }
+    a.core.on_event(Event::WorkersDone(crate::ps::cluster::Absent::new([1], 1)));
+    assert_eq!(a.replies().len(), 1, "A completes round 3 without worker 1");
+    assert!(b.replies().is_empty(), "B still waits for worker 1 in round 3");
+    let ask = |h: &mut Harness, rejoin: Option<u64>| {
+        let mut m = Message::new(Command::Pull).with_flags(Flags::ROUND_IDS);
+        m.meta.push_key(5, 0, 0);
+        m.meta.rounds.extend(rejoin);
+        let id = h.send(1, m);
+        let r: Vec<Message> = h.replies();
+        let reply = r.iter().find(|m| m.request_id == id).unwrap();
+        assert_eq!(reply.command, Command::Reply, "{}", reply.meta.text);
+        (reply.meta.rounds[0], r.len() - 1)
+    };
+    assert_eq!((ask(&mut a, None).0, ask(&mut b, None).0), (4, 3), "the parts disagree");
+    assert_eq!(ask(&mut a, Some(4)), (4, 0));
+    assert_eq!(ask(&mut b, Some(4)), (4, 1), "B's round 3 completes without worker 1: worker 0 hears");
+    // A hears of the return only now (a move): round 4 waits for worker 1 on both anyway.
+    a.core.on_event(Event::WorkersDone(crate::ps::cluster::Absent::new([], 2)));
+    for h in [&mut a, &mut b] {
+        h.send(0, push_of_round(5, vec![1.0; 2], 4));
+        assert!(h.replies().is_empty(), "round 4 waits for the restarted worker");
+        h.send(1, push_of_round(5, vec![10.0; 2], 4));
+        assert_eq!(h.replies().len(), 2);
+    }
+    assert_eq!(a.pull(5, 2), b.pull(5, 2));
+    // A push below the round it rejoined at is refused, not applied.
+    b.send(1, push_of_round(5, vec![1.0; 2], 3));
+    assert_eq!(b.replies()[0].error_code(), ErrorCode::DuplicatePush);
+    // Rejoining names one round per key part, in sync mode only.
+    let mut m = Message::new(Command::Pull).with_flags(Flags::ROUND_IDS);
+    m.meta.push_key(5, 0, 0);
+    m.meta.rounds.extend([5, 5]);
+    b.send(1, m);
+    let r = b.replies();
+    assert_eq!(r[0].command, Command::Error);
+    assert!(r[0].meta.text.contains("one round per key part"), "{}", r[0].meta.text);
 }
 
 /// The rounds one request completes run as a batch on several threads (`partition/batch.rs`):

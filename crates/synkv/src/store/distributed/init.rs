@@ -21,6 +21,26 @@ use crate::ps::proto::{Chunk, Command, Flags, Message};
 use crate::store::{Error, Key};
 use crate::{NDArray, StorageType};
 
+/// How many times a restarted worker asks the servers to rejoin its keys' parts at one round
+/// before it gives up (each try fixes every part that answered; a part moves on only while
+/// the server has not heard that the worker is back).
+const REJOIN_TRIES: usize = 8;
+
+/// For each key part, the latest round among the parts of its key (`parts` lists a key's
+/// parts one after another).
+fn latest_per_key(parts: &[(Arc<KeyInfo>, usize)], rounds: &[u64]) -> Vec<u64> {
+    let mut out = rounds.to_vec();
+    let mut start = 0;
+    while start < parts.len() {
+        let ps = parts[start].0.ps;
+        let end = parts[start..].iter().position(|(i, _)| i.ps != ps).map_or(parts.len(), |n| start + n);
+        let latest = rounds[start..end].iter().copied().max().unwrap_or(0);
+        out[start..end].fill(latest);
+        start = end;
+    }
+    out
+}
+
 /// An init message under construction.
 struct Open {
     server: u32,
@@ -65,27 +85,73 @@ impl DistStore {
     /// nothing is sent and no barrier waits for the others; each key part's round-id count
     /// continues from its predecessor's (a `Pull` with flag `ROUND_IDS`), so its pushes join
     /// the rounds in progress and none is refused as a duplicate.
+    ///
+    /// Sync: the servers heard of the predecessor's death at their own times, so one part of a
+    /// key may have completed a round without it that another still holds open for it. The
+    /// worker therefore *rejoins* every part of a key at the latest of the parts' rounds (the
+    /// same request with those rounds): the rounds below complete without it everywhere and
+    /// every part waits for it from there, so a key's parts stay in step. A part that moved on
+    /// meanwhile answers a later round, and the key is asked again at that one.
     fn adopt(&self, infos: &[Arc<KeyInfo>]) -> crate::Result<()> {
-        let mut parts: Vec<(Arc<KeyInfo>, usize)> = Vec::new();
-        let mut msgs: Vec<(u32, Message)> = Vec::new();
-        let mut asked: Vec<Vec<usize>> = Vec::new();
-        for info in infos {
-            for (part, s) in info.slices.iter().enumerate() {
-                let i = match msgs.iter().rposition(|(server, m)| *server == s.server && m.meta.keys.len() < self.ctx.budget.keys) {
-                    Some(i) => i,
-                    None => {
-                        msgs.push((s.server, Message::new(Command::Pull).with_flags(Flags::ROUND_IDS)));
-                        asked.push(Vec::new());
-                        msgs.len() - 1
-                    }
-                };
-                msgs[i].1.meta.push_key(info.ps, 0, u64::try_from(s.offset).unwrap_or(u64::MAX));
-                asked[i].push(parts.len());
-                parts.push((Arc::clone(info), part));
+        let parts: Vec<(Arc<KeyInfo>, usize)> =
+            infos.iter().flat_map(|info| (0..info.slices.len()).map(move |part| (Arc::clone(info), part))).collect();
+        let mut rounds = self.round_ids(&parts, None)?;
+        if self.sync {
+            let first = latest_per_key(&parts, &rounds);
+            let behind = first.iter().zip(&rounds).filter(|(t, r)| t != r).count();
+            if behind > 0 {
+                tracing::warn!(
+                    "rejoin: {behind} key parts are a round behind other parts of their keys (the servers heard of the death at different times); they skip to their keys' round"
+                );
+            }
+            let mut aligned = false;
+            for _ in 0..REJOIN_TRIES {
+                let targets = latest_per_key(&parts, &rounds);
+                rounds = self.round_ids(&parts, Some(&targets))?;
+                if rounds == targets {
+                    aligned = true;
+                    break;
+                }
+            }
+            if !aligned {
+                return Err(crate::ps::Error::InvalidArgument(format!(
+                    "could not rejoin the rounds of every key part at one round in {REJOIN_TRIES} tries: the other workers' rounds keep completing without this one; are all nodes the same synkv version?"
+                ))
+                .into());
             }
         }
+        for ((info, part), round) in parts.iter().zip(rounds) {
+            info.rounds[*part].store(round, std::sync::atomic::Ordering::Release);
+        }
+        tracing::warn!("rejoined: {} keys adopted from the servers; pushes continue the rounds in progress", infos.len());
+        Ok(())
+    }
+
+    /// The round id this worker's next push of each part must carry (`ROUND_IDS`); with
+    /// `rejoin`, after rejoining each part at the round given for it.
+    fn round_ids(&self, parts: &[(Arc<KeyInfo>, usize)], rejoin: Option<&[u64]>) -> crate::Result<Vec<u64>> {
+        let mut msgs: Vec<(u32, Message)> = Vec::new();
+        let mut asked: Vec<Vec<usize>> = Vec::new();
+        for (p, (info, part)) in parts.iter().enumerate() {
+            let s = info.slices[*part];
+            let i = match msgs.iter().rposition(|(server, m)| *server == s.server && m.meta.keys.len() < self.ctx.budget.keys) {
+                Some(i) => i,
+                None => {
+                    msgs.push((s.server, Message::new(Command::Pull).with_flags(Flags::ROUND_IDS)));
+                    asked.push(Vec::new());
+                    msgs.len() - 1
+                }
+            };
+            let meta = &mut msgs[i].1.meta;
+            meta.push_key(info.ps, 0, u64::try_from(s.offset).unwrap_or(u64::MAX));
+            if let Some(rounds) = rejoin {
+                meta.rounds.push(rounds[p]);
+            }
+            asked[i].push(p);
+        }
         let replies = block(&self.handle, self.ctx.client.request_all(msgs))
-            .map_err(|e| refusal(e, "init", infos.iter().map(|i| (i.ps, i.key.clone()))))?;
+            .map_err(|e| refusal(e, "init", parts.iter().map(|(i, _)| (i.ps, i.key.clone()))))?;
+        let mut rounds = vec![0; parts.len()];
         for (reply, asked) in replies.iter().zip(&asked) {
             if reply.meta.rounds.len() != asked.len() {
                 return Err(crate::ps::Error::InvalidArgument(format!(
@@ -96,12 +162,10 @@ impl DistStore {
                 .into());
             }
             for (round, &p) in reply.meta.rounds.iter().zip(asked) {
-                let (info, part) = &parts[p];
-                info.rounds[*part].store(*round, std::sync::atomic::Ordering::Release);
+                rounds[p] = *round;
             }
         }
-        tracing::warn!("rejoined: {} keys adopted from the servers; pushes continue the rounds in progress", infos.len());
-        Ok(())
+        Ok(rounds)
     }
 
     fn send_init(&self, infos: &[Arc<KeyInfo>], pairs: &[(Key, &NDArray)]) -> crate::Result<()> {

@@ -46,6 +46,7 @@ use super::ServerCmd;
 use crate::ndarray::RowSparse;
 use crate::optimizer::{Optimizer, Updater};
 use crate::ps::checkpoint::{write_shard, Shard, ShardHeader};
+use crate::ps::cluster::Absent;
 use crate::ps::node::Rank;
 use crate::ps::proto::{Chunk, Command, ErrorCode, Flags, Message};
 use crate::ps::trace::{Op, Span};
@@ -101,8 +102,8 @@ pub(super) struct Partition {
     keys: HashMap<EntryKey, Entry>,
     updater: Option<Updater>,
     pending: HashMap<ReqId, Pending>,
-    /// Workers that finished.
-    done: BTreeSet<Rank>,
+    /// Workers that finished or died.
+    done: Absent,
     /// Bytes held by unfolded pushes, over every entry.
     held: usize,
     /// Entries with a round in progress.
@@ -139,7 +140,7 @@ impl Partition {
             keys: HashMap::default(),
             updater: None,
             pending: HashMap::default(),
-            done: BTreeSet::new(),
+            done: Absent::default(),
             held: 0,
             open: HashSet::default(),
             last_warning: None,
@@ -171,8 +172,13 @@ impl Partition {
     }
 
     /// The workers that finished so far: rounds stop waiting for them.
-    pub(super) fn workers_done(&mut self, done: &BTreeSet<Rank>) {
+    pub(super) fn workers_done(&mut self, done: &Absent) {
         self.done.clone_from(done);
+        for entry in self.keys.values_mut() {
+            if !entry.round.holds.is_empty() {
+                entry.round.prune_holds(done);
+            }
+        }
         let open: Vec<EntryKey> = self.open.iter().copied().collect();
         self.open_batch();
         for key in open {
@@ -388,10 +394,14 @@ impl Partition {
                 self.key_done(req, slot, Ok(value));
             } else {
                 let place = entry.round.place(worker, round, &entry.name).unwrap_or(Place::Now);
-                let c = Contribution { worker, req, slot, value };
+                let round = match place {
+                    Place::Now => entry.round.id,
+                    Place::Later(r) => r,
+                };
+                let c = Contribution { worker, round, req, slot, value };
                 match place {
                     Place::Now => self.contribute(key, c),
-                    Place::Next => entry.round.next.push(c),
+                    Place::Later(_) => entry.round.next.push(c),
                 }
             }
             if let (Some(rec), Some((t, label, round, bytes))) = (rec, traced) {
@@ -457,6 +467,20 @@ impl Partition {
     /// Adds one worker's push to an entry's current round; completes the round if it was the
     /// last one missing, else folds held pushes when the held budget is exceeded.
     fn contribute(&mut self, key: EntryKey, c: Contribution) {
+        self.add(key, c);
+        self.check(key);
+    }
+
+    /// Completes the entry's round if every push is in, else folds held pushes when the held
+    /// budget is exceeded.
+    fn check(&mut self, key: EntryKey) {
+        if !self.maybe_complete(key) && self.held > self.settings.held_budget {
+            self.fold(key);
+        }
+    }
+
+    /// Adds one worker's push to an entry's current round.
+    fn add(&mut self, key: EntryKey, c: Contribution) {
         let Some(entry) = self.keys.get_mut(&key) else { return };
         let round = &mut entry.round;
         match c.value {
@@ -482,9 +506,6 @@ impl Partition {
         round.waiting.push((c.req, c.slot));
         round.started.get_or_insert_with(Instant::now);
         self.open.insert(key);
-        if !self.maybe_complete(key) && self.held > self.settings.held_budget {
-            self.fold(key);
-        }
     }
 
     /// Folds an entry's held pushes into its accumulator, releasing their frames.
@@ -554,6 +575,9 @@ impl Partition {
             queued: std::mem::take(&mut round.next),
         };
         round.id += 1;
+        if !round.holds.is_empty() {
+            round.prune_holds(&self.done);
+        }
         self.open.remove(&key);
         Some(f)
     }
@@ -637,8 +661,19 @@ impl Partition {
             };
             self.key_done(req, slot, outcome);
         }
+        // Every push queued for the new round is in before it may complete.
+        let mut added = false;
         for c in f.queued {
-            self.contribute(key, c);
+            if c.round == next_id {
+                self.add(key, c);
+                added = true;
+            } else if let Some(entry) = self.keys.get_mut(&key) {
+                // A rejoined worker's push for a round further on.
+                entry.round.next.push(c);
+            }
+        }
+        if added {
+            self.check(key);
         }
     }
 
@@ -713,25 +748,47 @@ impl Partition {
     /// The round id worker `worker`'s next push of each key part must carry (flag
     /// `ROUND_IDS`): what a restarted worker continues from. Sync: the round after every one it
     /// has pushed to (open, queued or completed); async: its next id.
-    fn round_ids(&self, worker: Rank, msg: &Message) -> Outcome {
+    ///
+    /// With `meta.rounds` (one per key, sync only), the worker *rejoins* each part at that round
+    /// ([`Round::rejoin`](super::round::Round::rejoin)): the rounds below it complete without
+    /// it, the rounds from it on wait for it. The reply says the round its next push must
+    /// carry: the one asked for, or a later one where this part moved past it already.
+    fn round_ids(&mut self, worker: Rank, msg: &Message) -> Outcome {
+        let keys = entry_keys(msg);
+        let rejoin = !msg.meta.rounds.is_empty();
+        if rejoin && (msg.meta.rounds.len() != keys.len() || !self.sync) {
+            return Err(ServerError::invalid(format!(
+                "a rejoin names one round per key part in sync mode ({} rounds for {} key parts{})",
+                msg.meta.rounds.len(),
+                keys.len(),
+                if self.sync { "" } else { ", and this server is in async mode" }
+            )));
+        }
+        if let Some(key) = keys.iter().find(|k| !self.keys.contains_key(k)) {
+            return Err(not_initialised(*key));
+        }
         let mut out = Message::new(Command::Reply);
         let w = usize::try_from(worker).unwrap_or(usize::MAX);
-        for key in entry_keys(msg) {
-            let entry = self.keys.get(&key).ok_or_else(|| not_initialised(key))?;
-            let round = &entry.round;
-            let next = if self.sync {
-                if round.next.iter().any(|c| c.worker == worker) {
-                    round.id + 2
-                } else if round.contributors.contains(&worker) {
-                    round.id + 1
-                } else {
-                    round.id
-                }
-            } else {
+        if rejoin {
+            self.open_batch();
+        }
+        for (i, key) in keys.into_iter().enumerate() {
+            let Some(entry) = self.keys.get_mut(&key) else { continue };
+            let next = if !self.sync {
                 entry.async_next.get(w).copied().unwrap_or(0)
+            } else if rejoin {
+                let from = msg.meta.rounds[i];
+                let next = entry.round.rejoin(worker, from, self.done.moves);
+                self.maybe_complete(key);
+                next
+            } else {
+                entry.round.expected(worker)
             };
             out.meta.push_key(key.0, 0, key.1);
             out.meta.rounds.push(next);
+        }
+        if rejoin {
+            self.run_batch();
         }
         Ok(Some(out))
     }
