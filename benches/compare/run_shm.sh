@@ -9,7 +9,7 @@
 # and plain (SYNKV_INSECURE=1), then one pushpull job (shared memory, sealed: push and pull in
 # one request, the all_reduce equivalent the PyTorch front-end issues), then two jobs of two
 # processes hosting a server each (`tcp_hosted` with `SYNKV_SHM=0`, `shm_hosted` without,
-# plain; see hosted_job) and one where rank 0's process hosts the only server (`tcp_hosted1`,
+# plain; see hosted_job; `tcp_hosted_sealed` under a per-job `SYNKV_SECRET`) and one where rank 0's process hosts the only server (`tcp_hosted1`,
 # `SYNKV_SHM=0`: the literal 2 workers × 1 server, the other worker over TCP; plain, and sealed
 # under a per-job `SYNKV_SECRET` as `tcp_hosted1_sealed`), then gloo's all_reduce
 # of the same tensor (if TORCH_PY has torch with gloo). 2 workers, 1 server, `synkv bench
@@ -90,8 +90,9 @@ for size in $SIZES; do
         c=$(synkv_job 1 plain "$size"); d=$(synkv_job 0 plain "$size"); p=$(synkv_job 1 sealed "$size" --pushpull)
         h=$(hosted_job 0 2 "$size" | slowest); hs=$(hosted_job 1 2 "$size" | slowest); h1=$(hosted_job 0 1 "$size" | slowest)
         h1s=$(HOSTED_SECRET="$(python3 -c 'import secrets; print(secrets.token_hex(32))')" hosted_job 0 1 "$size" | slowest)
+        hsd=$(HOSTED_SECRET="$(python3 -c 'import secrets; print(secrets.token_hex(32))')" hosted_job 0 2 "$size" | slowest)
         g=$(gloo_job "$size")
-        echo "{\"size\":$size,\"round\":$r,\"shm_sealed_ms\":$a,\"tcp_sealed_ms\":$b,\"shm_plain_ms\":$c,\"tcp_plain_ms\":$d,\"shm_pushpull_ms\":$p,\"tcp_hosted_ms\":$h,\"shm_hosted_ms\":$hs,\"tcp_hosted1_ms\":$h1,\"tcp_hosted1_sealed_ms\":$h1s,\"gloo_ms\":$g}" | tee -a "$out"
+        echo "{\"size\":$size,\"round\":$r,\"shm_sealed_ms\":$a,\"tcp_sealed_ms\":$b,\"shm_plain_ms\":$c,\"tcp_plain_ms\":$d,\"shm_pushpull_ms\":$p,\"tcp_hosted_ms\":$h,\"shm_hosted_ms\":$hs,\"tcp_hosted1_ms\":$h1,\"tcp_hosted1_sealed_ms\":$h1s,\"tcp_hosted_sealed_ms\":$hsd,\"gloo_ms\":$g}" | tee -a "$out"
     done
 done
 python3 - "$out" <<'PY'
@@ -101,12 +102,13 @@ for size in sorted({r["size"] for r in rows}, reverse=True):
     rs = [r for r in rows if r["size"] == size]
     med = lambda k: statistics.median(r[k] for r in rs) if all(r.get(k) is not None for r in rs) else None
     ratio = lambda a, b: statistics.median(r[a] / r[b] for r in rs) if all(r.get(a) and r.get(b) for r in rs) else None
-    cols = ["shm_sealed_ms", "tcp_sealed_ms", "shm_plain_ms", "tcp_plain_ms", "shm_pushpull_ms", "tcp_hosted_ms", "shm_hosted_ms", "tcp_hosted1_ms", "tcp_hosted1_sealed_ms", "gloo_ms"]
+    cols = ["shm_sealed_ms", "tcp_sealed_ms", "shm_plain_ms", "tcp_plain_ms", "shm_pushpull_ms", "tcp_hosted_ms", "shm_hosted_ms", "tcp_hosted1_ms", "tcp_hosted1_sealed_ms", "tcp_hosted_sealed_ms", "gloo_ms"]
     print(f"size {size}: " + ", ".join(f"{c[:-3]} {med(c):.1f} ms" if med(c) is not None else f"{c[:-3]} n/a" for c in cols))
     for a, b in [("shm_sealed_ms", "shm_plain_ms"), ("tcp_sealed_ms", "tcp_plain_ms"), ("shm_sealed_ms", "tcp_sealed_ms"),
                  ("shm_sealed_ms", "gloo_ms"), ("shm_pushpull_ms", "gloo_ms"), ("tcp_plain_ms", "gloo_ms"),
                  ("tcp_hosted_ms", "gloo_ms"), ("shm_hosted_ms", "gloo_ms"), ("tcp_hosted1_ms", "gloo_ms"),
-                 ("tcp_hosted1_sealed_ms", "gloo_ms"), ("tcp_hosted1_sealed_ms", "tcp_hosted1_ms")]:
+                 ("tcp_hosted1_sealed_ms", "gloo_ms"), ("tcp_hosted1_sealed_ms", "tcp_hosted1_ms"),
+                 ("tcp_hosted_sealed_ms", "gloo_ms"), ("tcp_hosted_sealed_ms", "tcp_hosted_ms")]:
         r = ratio(a, b)
         print(f"  {a[:-3]} / {b[:-3]}: " + (f"{r:.3f} (median of per-round ratios)" if r is not None else "n/a"))
 PY
