@@ -188,12 +188,15 @@ fn several_streams_per_server_carry_exactly_the_same_values() {
         assert_eq!(run("2"), run("1"), "SYNKV_SHM={shm}");
     }
 
-    // Two servers, two streams each: two more sockets than with one stream.
+    // Two servers, two streams each: two more sockets than with one stream. Unset, the
+    // default: two streams to a server on this host over TCP, one through shared memory.
     let dir = tempfile::tempdir().expect("a temporary directory");
     let stop = dir.path().join("stop");
     let rounds = ["rounds-until", "--until-file", stop.to_str().expect("a UTF-8 path"), "--max-secs", "120"];
-    let count = |streams: &str| {
-        let mut job = crate::util::Job::start(2, 1, &rounds, &[("SYNKV_STREAMS", streams), ("SYNKV_SHM", "0")]);
+    let count = |streams: Option<&str>, shm: &str| {
+        let mut env = vec![("SYNKV_SHM", shm)];
+        env.extend(streams.map(|s| ("SYNKV_STREAMS", s)));
+        let mut job = crate::util::Job::start(2, 1, &rounds, &env);
         let deadline = std::time::Instant::now() + crate::util::JOB_BOUND;
         assert!(job.workers[0].wait_for_output("selftest rounds-until: running", deadline), "{}", job.workers[0].output());
         let n = sockets(job.workers[0].pid());
@@ -204,6 +207,9 @@ fn several_streams_per_server_carry_exactly_the_same_values() {
         std::fs::remove_file(&stop).expect("remove the stop file");
         n
     };
-    let (one, two) = (count("1"), count("2"));
+    let (one, two, auto) = (count(Some("1"), "0"), count(Some("2"), "0"), count(None, "0"));
     assert_eq!(two, one + 2, "SYNKV_STREAMS=2 with two servers: {one} sockets with one stream, {two} with two");
+    assert_eq!(auto, two, "SYNKV_STREAMS unset, TCP to servers on this host: {auto} sockets, {two} with two streams");
+    let (one_shm, auto_shm) = (count(Some("1"), "1"), count(None, "1"));
+    assert_eq!(auto_shm, one_shm, "SYNKV_STREAMS unset, shared memory: {auto_shm} sockets, {one_shm} with one stream");
 }

@@ -49,6 +49,12 @@ pub const DEFAULT_PARTITION_BYTES: u64 = 16 << 20;
 /// 1 Gbit/s, 16M f32: 632 ms with 1 MiB parts, 1174 ms with 16 MiB; BENCHMARKS.md).
 pub const CROSS_HOST_PARTITION_BYTES: u64 = 1 << 20;
 
+/// Connections a worker opens, unless `SYNKV_STREAMS` says, to a server on its own host that
+/// it reaches over TCP: one loopback stream leaves part of the path unused while its sender and
+/// receiver take turns (16M push+pull, one worker of two over TCP to the other's hosted server:
+/// 36–38 ms with two streams, 41–43 with one; BENCHMARKS.md, 2026-12-07 afternoon).
+pub const LOOPBACK_STREAMS: u32 = 2;
+
 /// Settings of one distributed process.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -120,10 +126,13 @@ pub struct Config {
     /// is answered from it without another round trip (`store::distributed::held`); 0 turns
     /// it off (a pull always asks the servers).
     pub pull_back: bool,
-    /// `SYNKV_STREAMS` (default 1, at most 8): connections a worker opens to each server;
-    /// its requests to that server take turns on them, so the kernel's copies of several
-    /// streams run side by side (one loopback stream moved 2.5–3.0 GB/s here, two 3.2–3.3).
-    pub streams: u32,
+    /// `SYNKV_STREAMS` (1..=8): connections a worker opens to each server; its requests to
+    /// that server take turns on them, so the kernel's copies of several streams run side by
+    /// side (one loopback stream moved 2.5–3.0 GB/s here, two 3.2–3.3). Unset (`None`):
+    /// [`LOOPBACK_STREAMS`] to a server on this host that the worker reaches over TCP (not
+    /// through shared memory), one to every other server — on a network link more flows
+    /// only share it less evenly (BENCHMARKS.md, 2026-12-07 afternoon).
+    pub streams: Option<u32>,
     /// `SYNKV_WORKER_RESTARTS`: a dead worker may be restarted (`synkv launch
     /// --max-restarts`): its death does not end the job; rounds and barriers stop waiting for
     /// it until a new process takes its rank.
@@ -237,6 +246,12 @@ fn trace_settings(get: &Lookup<'_>) -> Result<trace::Settings, ConfigError> {
 }
 
 impl Config {
+    /// The most connections a worker opens to one server (`SYNKV_STREAMS`, or
+    /// [`LOOPBACK_STREAMS`] when unset): what a server allows per worker.
+    pub fn max_streams(&self) -> u32 {
+        self.streams.unwrap_or(LOOPBACK_STREAMS).max(1)
+    }
+
     /// Reads the process environment.
     pub fn from_env() -> Result<Config, ConfigError> {
         Config::from_lookup(&env_lookup)
@@ -367,7 +382,7 @@ impl Config {
         let shm_bytes = number::<u64>(get, "SYNKV_SHM_BYTES", None, (1 << 20, 1 << 40), "bytes in 1048576..=1099511627776")?
             .unwrap_or_else(|| (16 * partition_bytes).clamp(64 << 20, 4 << 30));
         let pull_back = number::<u32>(get, "SYNKV_PULL_BACK", Some(1), (0, 1), "0 or 1")?.unwrap_or(1) == 1;
-        let streams = number::<u32>(get, "SYNKV_STREAMS", Some(1), (1, 8), "connections in 1..=8")?.unwrap_or(1);
+        let streams = number::<u32>(get, "SYNKV_STREAMS", None, (1, 8), "connections in 1..=8")?;
         let worker_restarts = number::<u32>(get, "SYNKV_WORKER_RESTARTS", Some(0), (0, 1), "0 or 1")?.unwrap_or(0) == 1;
         let trace = trace_settings(get)?;
         Ok(Config {

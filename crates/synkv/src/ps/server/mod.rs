@@ -70,7 +70,7 @@ use super::topology::Topology;
 use super::transport::{accept_loop, Gate, Ingress, Listener, Transport, HANDSHAKE_DEADLINE};
 use super::{Cluster, Config, Error, Result};
 
-/// Connections allowed at once beyond `SYNKV_STREAMS` per worker.
+/// Connections allowed at once beyond [`Config::max_streams`] per worker.
 const CONNECTION_SLACK: u32 = 64;
 /// Time the farewell `NodeDead` gets to reach the workers before connections close.
 const FAREWELL: Duration = Duration::from_millis(200);
@@ -225,7 +225,7 @@ impl Server {
         let conns = CancellationToken::new();
         let _guards = (accept_stop.clone().drop_guard(), conns.clone().drop_guard());
         let tracker = TaskTracker::new();
-        let workers = config.num_workers.saturating_mul(config.streams);
+        let workers = config.num_workers.saturating_mul(config.max_streams());
         let established = usize::try_from(workers.saturating_add(config.num_servers + CONNECTION_SLACK)).unwrap_or(usize::MAX);
         let gate = Gate::new(established, HANDSHAKE_DEADLINE.min(config.heartbeat_timeout));
         let ingress = Ingress::new(config.ingress_bytes());

@@ -1,7 +1,8 @@
 //! [`Client`]: a worker's connections to every server and its outstanding requests (ps-lite's
 //! `Customer` + `Van`, as request ids and a tracker).
 //!
-//! `SYNKV_STREAMS` connections per server (default one), each authenticated like every other
+//! `SYNKV_STREAMS` connections per server (unset: [`LOOPBACK_STREAMS`] to a server on this
+//! host reached over TCP, see [`on_this_host`], else one), each authenticated like every other
 //! connection; requests to a server take turns on its connections (by request id: the engine
 //! orders the operations on one key, so no order between streams is needed), and a break of
 //! any one of them is the server's. A writer task per
@@ -35,6 +36,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::ps::config::LOOPBACK_STREAMS;
 use crate::ps::node::{Node, NodeId, Role};
 use crate::ps::proto::{Command, Flags, Message};
 use crate::ps::topology::Topology;
@@ -221,24 +223,31 @@ impl Client {
     pub(super) async fn connect<T: Transport>(transport: &T, config: &Config, me: NodeId, servers: Vec<Node>) -> Result<Client> {
         let stop = CancellationToken::new();
         let tracker = TaskTracker::new();
-        let streams = config.streams.max(1);
-        let mut halves = Vec::with_capacity(servers.len() * streams as usize);
+        let mut halves = Vec::with_capacity(servers.len());
         let mut shared = Vec::with_capacity(servers.len());
         for (i, node) in servers.iter().enumerate() {
             // A server of this process shares memory even with SYNKV_SHM=0 (`share.rs`).
             let shm = config.shm || share::in_process(&node.host, node.port);
             let mut all_share = true;
-            for _ in 0..streams {
+            let mut streams = config.streams.unwrap_or(1).max(1);
+            let mut opened = 0;
+            while opened < streams {
                 let mut conn = auth::dial(transport, node, config, auth::Identity::new(Role::Worker, me), "a connection to").await?;
                 all_share &= shm && share::offer(&mut conn, config, me, config.timeout).await?;
                 halves.push((i, conn.into_split()));
+                opened += 1;
+                if opened == 1 && config.streams.is_none() && !all_share && on_this_host(&node.host).await {
+                    streams = LOOPBACK_STREAMS;
+                }
             }
             if all_share {
                 tracing::debug!("bulk bytes to and from {node} go through shared memory");
+            } else if streams > 1 {
+                tracing::debug!("{streams} connections to {node}");
             }
             shared.push(all_share);
         }
-        let mut links: Vec<(Node, Vec<Outbox>)> = servers.into_iter().map(|node| (node, Vec::with_capacity(streams as usize))).collect();
+        let mut links: Vec<(Node, Vec<Outbox>)> = servers.into_iter().map(|node| (node, Vec::new())).collect();
         let mut tasks = Vec::with_capacity(halves.len());
         for (i, (reader, writer)) in halves {
             let (outbox, rx) = Outbox::unbounded();
@@ -434,6 +443,15 @@ impl Waiter {
             Err(_) => Err(Error::Shutdown("the worker is shutting down".into())),
         }
     }
+}
+
+/// Whether `host` (a server's advertised address) names this machine: a loopback address, or
+/// one a socket here can bind to (an address of one of this host's interfaces; wrong only
+/// where `net.ipv4.ip_nonlocal_bind` is set, which costs a second connection, never a byte).
+/// A name that does not resolve is another host's.
+async fn on_this_host(host: &str) -> bool {
+    let Ok(addrs) = tokio::net::lookup_host((host, 0)).await else { return false };
+    addrs.map(|a| a.ip()).any(|ip| ip.is_loopback() || std::net::UdpSocket::bind((ip, 0)).is_ok())
 }
 
 async fn read_loop(mut reader: FrameReader, inner: Arc<Inner>, server: u32, link: CancellationToken) {
