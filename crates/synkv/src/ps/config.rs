@@ -115,6 +115,9 @@ pub struct Config {
     /// `SYNKV_TCP_CONGESTION`: the TCP congestion control of this process's sockets (`cubic`,
     /// `bbr`, `reno`…); `None` = the host's default. Checked against the kernel when read.
     pub tcp_congestion: Option<String>,
+    /// `SYNKV_SOCKET_BUFFER`: SO_SNDBUF and SO_RCVBUF of this process's TCP sockets, in bytes;
+    /// `None` (the default) leaves them to the kernel's autotuning (`transport/tcp.rs`).
+    pub socket_buffer: Option<u32>,
     /// `SYNKV_SHM` (default 1): a worker offers each server a shared-memory segment for the
     /// bulk bytes of data frames; a server on the same host maps it and offers its own.
     pub shm: bool,
@@ -378,6 +381,7 @@ impl Config {
         }
         let server_threads = number::<u32>(get, "SYNKV_SERVER_THREADS", None, (1, 1024), "threads in 1..=1024")?;
         let tcp_congestion = tcp_congestion(get)?;
+        let socket_buffer = number::<u32>(get, "SYNKV_SOCKET_BUFFER", None, (4096, 1 << 30), "bytes in 4096..=1073741824")?;
         let shm = number::<u32>(get, "SYNKV_SHM", Some(1), (0, 1), "0 or 1")?.unwrap_or(1) == 1;
         let shm_bytes = number::<u64>(get, "SYNKV_SHM_BYTES", None, (1 << 20, 1 << 40), "bytes in 1048576..=1099511627776")?
             .unwrap_or_else(|| (16 * partition_bytes).clamp(64 << 20, 4 << 30));
@@ -409,6 +413,7 @@ impl Config {
             replicas,
             server_threads,
             tcp_congestion,
+            socket_buffer,
             shm,
             shm_bytes,
             pull_back,
@@ -634,8 +639,11 @@ mod tests {
             ("SYNKV_PARTITION_BYTES", "65536"),
             ("SYNKV_SERVER_THREADS", "3"),
             ("SYNKV_TCP_CONGESTION", " reno "),
+            ("SYNKV_SOCKET_BUFFER", "1048576"),
+            ("SYNKV_STREAMS", "3"),
         ])
         .unwrap();
+        assert_eq!((c.socket_buffer, c.streams, c.max_streams()), (Some(1 << 20), Some(3), 3));
         assert_eq!((c.straggler_warn.as_millis(), c.partition_bytes), (2500, 65536));
         assert_eq!(c.server_threads, Some(3));
         assert_eq!(c.tcp_congestion.as_deref(), Some("reno"));
@@ -694,6 +702,10 @@ mod tests {
             ("SYNKV_TCP_CONGESTION", "no_such_cc"),
             ("SYNKV_TCP_CONGESTION", "cubic;reboot"),
             ("SYNKV_TCP_CONGESTION", "a_name_longer_than_15"),
+            ("SYNKV_SOCKET_BUFFER", "1024"),
+            ("SYNKV_SOCKET_BUFFER", "4M"),
+            ("SYNKV_STREAMS", "0"),
+            ("SYNKV_STREAMS", "9"),
             ("SYNKV_TRACE_ROUNDS", "5:2"),
             ("SYNKV_TRACE_EVENTS", "0"),
             ("SYNKV_FLIGHT_RECORDER", "many"),
@@ -708,6 +720,7 @@ mod tests {
     #[test]
     fn a_hand_started_job_across_hosts_with_the_default_parts_is_warned_about() {
         let default = with(&[]).unwrap();
+        assert_eq!((default.socket_buffer, default.streams, default.max_streams()), (None, None, 2), "autotuned; streams by place");
         let hint = default.partition_hint("10.0.0.1", ["10.0.0.1", "10.0.0.2"]).unwrap();
         assert!(hint.contains("10.0.0.2") && hint.contains("SYNKV_PARTITION_BYTES=1048576"), "{hint}");
         assert_eq!(default.partition_hint("10.0.0.1", ["10.0.0.1"]), None, "one host");

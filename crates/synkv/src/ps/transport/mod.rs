@@ -3,7 +3,7 @@
 //!
 //! ps-lite's `Van` split: the protocol (scheduler, cluster, server, worker) lives above; a
 //! transport only binds, connects and carries whole [`Message`](super::proto::Message)s.
-//! [`TcpTransport`] is the real one (TCP_NODELAY, 4 MiB socket buffers); [`MemTransport`]
+//! [`TcpTransport`] is the real one (TCP_NODELAY, autotuned socket buffers); [`MemTransport`]
 //! connects tasks in one process through in-memory pipes, for tests that run on paused tokio
 //! time (real sockets and paused time do not mix) and for single-process clusters. Peers on
 //! one host move the bulk bytes of data frames through shared memory (`shm.rs`) under either.
@@ -48,7 +48,7 @@ pub use landing::{Landing, Target, LAND_MIN};
 pub use mem::{MemListener, MemTransport};
 pub use reader::{Admission, FrameReader, Ingress, Landings};
 pub use seal::{Seal, TRAILER_LEN};
-pub use tcp::{check_congestion, TcpFrameListener, TcpTransport, DEFAULT_SOCKET_BUFFER};
+pub use tcp::{check_congestion, TcpFrameListener, TcpTransport};
 pub use writer::{drain, Drained, FrameWriter, Outbox, OutboxError, OutboxRx, ShmOut};
 
 use super::Result;
