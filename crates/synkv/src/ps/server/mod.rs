@@ -228,7 +228,8 @@ impl Server {
         let workers = config.num_workers.saturating_mul(config.max_streams());
         let established = usize::try_from(workers.saturating_add(config.num_servers + CONNECTION_SLACK)).unwrap_or(usize::MAX);
         let gate = Gate::new(established, HANDSHAKE_DEADLINE.min(config.heartbeat_timeout));
-        let ingress = Ingress::new(config.ingress_bytes());
+        // Pushes held unsummed keep their frames' allocations past their admission.
+        let ingress = Ingress::new(config.ingress_bytes()).pooling(config.ingress_bytes() + config.held_bytes());
         let (conn_token, conn_tracker, conn_config, conn_events) = (conns.clone(), tracker.clone(), config.clone(), events_tx.clone());
         let me = cluster.me().id;
         tracker.spawn(accept_loop(listener, gate, accept_stop.clone(), move |id, conn, _peer, pending| {

@@ -246,6 +246,34 @@ mod tests {
         writer.await.unwrap();
     }
 
+    /// The pool keeps allocations up to the budget, or up to what `pooling` allows: of three
+    /// frames of a little over 1 MiB, read under a 3 MiB budget (each released before the next
+    /// is admitted) but all held by the consumer, as a server holds pushes unsummed, two wait
+    /// in the pool once dropped, and all three when it may keep 6 MiB.
+    #[tokio::test]
+    async fn a_pool_larger_than_the_budget_keeps_frames_held_past_their_admission() {
+        use super::super::reader::Ingress;
+        for (ingress, kept) in [(Ingress::new(3 << 20), 2), (Ingress::new(3 << 20).pooling(6 << 20), 3)] {
+            let (a, b) = tokio::io::duplex(1 << 16);
+            let mut tx = Connection::new(a, "a", Limits::default());
+            let mut rx = Connection::new(b, "b", Limits::default());
+            let writer = tokio::spawn(async move {
+                for _ in 0..3 {
+                    tx.write_message(&big_message(1 << 18)).await.unwrap();
+                }
+            });
+            let mut held = Vec::new();
+            for _ in 0..3 {
+                let (frame, admission) = rx.reader.read_admitted(&ingress).await.unwrap().unwrap();
+                drop(admission);
+                held.push(frame);
+            }
+            writer.await.unwrap();
+            drop(held);
+            assert_eq!(ingress.free_pooled(), kept, "pool of {} frames' worth", kept);
+        }
+    }
+
     #[tokio::test]
     async fn eof_mid_frame_is_an_error() {
         let (mut a, b) = tokio::io::duplex(1024);

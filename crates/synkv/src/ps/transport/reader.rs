@@ -41,12 +41,14 @@ const RECYCLE_MIN: usize = 1 << 20;
 /// A budget of bytes in received frames not yet released by their consumer, shared by the
 /// readers of one process (a server's connections, or a worker's), and the pool of large
 /// frames' allocations kept for reuse by those readers (a fresh multi-MiB allocation costs a
-/// page fault per page). The pool keeps at most the budget, whatever the number of
-/// readers. Cheap to clone.
+/// page fault per page). The pool keeps at most the budget ([`Ingress::pooling`] raises it),
+/// whatever the number of readers. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Ingress {
     permits: Arc<Semaphore>,
     bytes: u32,
+    /// Most bytes of allocations the pool keeps.
+    pool_bytes: usize,
     pool: Arc<Mutex<Vec<Bytes>>>,
 }
 
@@ -59,7 +61,18 @@ impl Ingress {
     /// A budget of `bytes` (at most `u32::MAX`; at least 64 KiB).
     pub fn new(bytes: u64) -> Ingress {
         let bytes = u32::try_from(bytes).unwrap_or(u32::MAX).max(64 << 10);
-        Ingress { permits: Arc::new(Semaphore::new(bytes as usize)), bytes, pool: Arc::default() }
+        Ingress { permits: Arc::new(Semaphore::new(bytes as usize)), bytes, pool_bytes: bytes as usize, pool: Arc::default() }
+    }
+
+    /// Lets the pool keep up to `bytes` of allocations (at least the budget): for a consumer
+    /// that releases a frame's budget before its last use of the frame's bytes — a server
+    /// holds pushes unsummed past their admission (`Config::held_bytes`), so with a pool of
+    /// only the budget every frame past it was a fresh allocation (16M over TCP on one host:
+    /// ~3000 page faults a step, 48.7 ms against 45.1 with this; BENCHMARKS.md, 2026-12-07).
+    #[must_use]
+    pub fn pooling(mut self, bytes: u64) -> Ingress {
+        self.pool_bytes = usize::try_from(bytes).unwrap_or(usize::MAX).max(self.bytes as usize);
+        self
     }
 
     fn pool(&self) -> MutexGuard<'_, Vec<Bytes>> {
@@ -71,8 +84,7 @@ impl Ingress {
     fn keep(&self, frame: &Bytes) {
         let mut pool = self.pool();
         pool.push(frame.clone());
-        let limit = usize::try_from(self.bytes).unwrap_or(usize::MAX);
-        while pool.len() > 1 && pool.iter().map(Bytes::len).sum::<usize>() > limit {
+        while pool.len() > 1 && pool.iter().map(Bytes::len).sum::<usize>() > self.pool_bytes {
             pool.remove(0);
         }
     }
