@@ -74,6 +74,10 @@ hosted_job() { # shm(0|1) servers(1|2) size [bench dist options]
         | sed -n 's/^\[worker [0-9]*\] //p'
 }
 
+fresh_secret() {
+    python3 -c 'import secrets; print(secrets.token_hex(32))'
+}
+
 gloo_job() { # size
     if [[ $have_torch == 1 ]]; then
         timeout 600 "$TORCH_PY" benches/compare/torch_gloo.py --workers 2 --size "$1" --iters "$(iters_for "$1")" --warmup 3 --json 2>/dev/null | slowest
@@ -89,8 +93,8 @@ for size in $SIZES; do
         a=$(synkv_job 1 sealed "$size"); b=$(synkv_job 0 sealed "$size")
         c=$(synkv_job 1 plain "$size"); d=$(synkv_job 0 plain "$size"); p=$(synkv_job 1 sealed "$size" --pushpull)
         h=$(hosted_job 0 2 "$size" | slowest); hs=$(hosted_job 1 2 "$size" | slowest); h1=$(hosted_job 0 1 "$size" | slowest)
-        h1s=$(HOSTED_SECRET="$(python3 -c 'import secrets; print(secrets.token_hex(32))')" hosted_job 0 1 "$size" | slowest)
-        hsd=$(HOSTED_SECRET="$(python3 -c 'import secrets; print(secrets.token_hex(32))')" hosted_job 0 2 "$size" | slowest)
+        h1s=$(HOSTED_SECRET="$(fresh_secret)" hosted_job 0 1 "$size" | slowest)
+        hsd=$(HOSTED_SECRET="$(fresh_secret)" hosted_job 0 2 "$size" | slowest)
         g=$(gloo_job "$size")
         echo "{\"size\":$size,\"round\":$r,\"shm_sealed_ms\":$a,\"tcp_sealed_ms\":$b,\"shm_plain_ms\":$c,\"tcp_plain_ms\":$d,\"shm_pushpull_ms\":$p,\"tcp_hosted_ms\":$h,\"shm_hosted_ms\":$hs,\"tcp_hosted1_ms\":$h1,\"tcp_hosted1_sealed_ms\":$h1s,\"tcp_hosted_sealed_ms\":$hsd,\"gloo_ms\":$g}" | tee -a "$out"
     done

@@ -718,9 +718,14 @@ mod tests {
     }
 
     #[test]
-    fn a_hand_started_job_across_hosts_with_the_default_parts_is_warned_about() {
+    fn socket_buffers_and_streams_are_left_to_the_kernel_and_the_place_by_default() {
         let default = with(&[]).unwrap();
         assert_eq!((default.socket_buffer, default.streams, default.max_streams()), (None, None, 2), "autotuned; streams by place");
+    }
+
+    #[test]
+    fn a_hand_started_job_across_hosts_with_the_default_parts_is_warned_about() {
+        let default = with(&[]).unwrap();
         let hint = default.partition_hint("10.0.0.1", ["10.0.0.1", "10.0.0.2"]).unwrap();
         assert!(hint.contains("10.0.0.2") && hint.contains("SYNKV_PARTITION_BYTES=1048576"), "{hint}");
         assert_eq!(default.partition_hint("10.0.0.1", ["10.0.0.1"]), None, "one host");
