@@ -85,3 +85,21 @@ fn bench_dist_pushpull_times_one_pushpull_per_iteration() {
         assert!(r["case"].as_str().is_some_and(|c| c.starts_with("dist pushpull size=1000003")), "{r}");
     }
 }
+
+/// `synkv bench floor`: every worker process gets back exactly the bytes it sent (an odd size,
+/// over two connections each, through the sealed path's 1 MiB calls and piece MACs), and
+/// prints one record.
+#[test]
+fn bench_floor_echoes_every_workers_bytes_and_prints_one_record_each() {
+    let mut cmd = synkv_command();
+    cmd.args(["bench", "floor", "--bytes", "5000003", "--workers", "2", "--streams", "2", "--iters", "2", "--warmup", "1"]);
+    cmd.args(["--sealed", "--json"]);
+    let f = run_bounded("bench", cmd, &[]);
+    assert!(f.status.success(), "{}", f.output);
+    let records: Vec<serde_json::Value> = f.output.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    assert_eq!(records.len(), 2, "{}", f.output);
+    for r in &records {
+        assert_eq!((r["impl"].as_str(), r["sealed"].as_bool(), r["streams"].as_u64()), (Some("floor"), Some(true), Some(2)), "{r}");
+        assert!(r["median_ms"].as_f64().is_some_and(|m| m > 0.0), "{r}");
+    }
+}

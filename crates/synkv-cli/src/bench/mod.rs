@@ -11,6 +11,7 @@
 
 mod compression;
 mod dist;
+mod floor;
 mod local;
 mod plot;
 mod plot_results;
@@ -29,6 +30,9 @@ pub(crate) enum BenchCommand {
     Sparse(sparse::SparseArgs),
     /// push + pull on a distributed store, per worker (run under `synkv launch`).
     Dist(dist::DistArgs),
+    /// The loopback floor of a push + pull through a server process: a bare TCP echo, with or
+    /// without the frame MAC of a sealed connection.
+    Floor(floor::FloorArgs),
     /// 2-bit / 1-bit quantize and dequantize kernels against the memory bandwidth.
     Compression(compression::CompressionArgs),
     /// Draw a chart from recorded JSON lines (`--json` output, benches/compare results).
@@ -40,6 +44,7 @@ pub(crate) fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Local(args) => local::run(&args),
         BenchCommand::Sparse(args) => sparse::run(&args),
         BenchCommand::Dist(args) => dist::run(&args),
+        BenchCommand::Floor(args) => floor::run(&args),
         BenchCommand::Compression(args) => compression::run(&args),
         BenchCommand::Plot(args) => plot_results::run(&args),
     }
