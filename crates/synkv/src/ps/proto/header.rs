@@ -9,7 +9,7 @@ use crate::ps::node::NodeId;
 /// The four bytes every frame starts with.
 pub const MAGIC: [u8; 4] = *b"SKV1";
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 7;
+pub const PROTOCOL_VERSION: u16 = 8;
 /// Size of the fixed header in bytes.
 pub const HEADER_LEN: usize = 40;
 /// [`HEADER_LEN`] as a `u64`, for length arithmetic.

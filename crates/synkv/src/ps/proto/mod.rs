@@ -25,7 +25,7 @@
 //! | offset | field        | type    | allowed range                                          |
 //! |-------:|--------------|---------|--------------------------------------------------------|
 //! | 0      | magic        | [u8; 4] | `b"SKV1"`                                              |
-//! | 4      | version      | u16     | [`PROTOCOL_VERSION`] (7)                               |
+//! | 4      | version      | u16     | [`PROTOCOL_VERSION`] (8)                               |
 //! | 6      | command      | u16     | a [`Command`] code (table below)                       |
 //! | 8      | flags        | u16     | known [`Flags`] bits only (`0x03FF`)                   |
 //! | 10     | partition    | u16     | 0 = none; p + 1 = the server partition p it is about   |

@@ -21,7 +21,10 @@
 //! learns of both at its own time, so without this the rounds of one key's parts on different
 //! servers could complete with and without the dead worker differently; the rejoining worker
 //! reads every part's round id first and names the same round for all parts of a key
-//! (`store/distributed/init.rs`), so the parts stay in step.
+//! (`store/distributed/init.rs`), so the parts stay in step. The *hold* this leaves on an entry
+//! is replicated to the partition's backup with the reply to the rejoin waiting for it
+//! (`partition/replica.rs`, kind `HOLDS`, and in snapshots), so a backup promoted while a part
+//! still lags expects the rejoined worker's pushes where its primary did.
 
 use std::collections::BTreeSet;
 
@@ -58,7 +61,7 @@ pub(super) enum Place {
 }
 
 /// Where a rejoined worker joined an entry's rounds ([`Round::rejoin`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(super) struct Hold {
     pub(super) worker: Rank,
     /// The first round it takes part in; it skips the ones before.
@@ -108,8 +111,14 @@ impl Round {
         self.hold(worker).map_or(self.id, |h| h.from.max(self.id))
     }
 
-    fn hold(&self, worker: Rank) -> Option<&Hold> {
+    pub(super) fn hold(&self, worker: Rank) -> Option<&Hold> {
         self.holds.iter().find(|h| h.worker == worker)
+    }
+
+    /// Sets `hold` as its worker's only one (a backup copy taking its primary's).
+    pub(super) fn set_hold(&mut self, hold: Hold) {
+        self.holds.retain(|h| h.worker != hold.worker);
+        self.holds.push(hold);
     }
 
     /// Where worker `worker`'s push with round id `round` goes, or why it is refused.
@@ -144,8 +153,7 @@ impl Round {
         let pushed = self.contributors.contains(&worker) || self.next.iter().any(|c| c.worker == worker);
         // A worker with pushes in the open rounds skips none of them.
         let from = if pushed { self.id } else { from.max(self.id) };
-        self.holds.retain(|h| h.worker != worker);
-        self.holds.push(Hold { worker, from, moves });
+        self.set_hold(Hold { worker, from, moves });
         self.expected(worker)
     }
 

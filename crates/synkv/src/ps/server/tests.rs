@@ -856,6 +856,72 @@ fn a_restarted_worker_rejoins_every_part_of_a_key_at_the_same_round() {
     assert!(r[0].meta.text.contains("one round per key part"), "{}", r[0].meta.text);
 }
 
+/// A restarted worker rejoins a key part at round 4 while the part's round 3 is still open
+/// (worker 0 has not pushed it), and the primary dies before round 3 completes. The promoted
+/// backup — the live one, or one made from a snapshot taken after the rejoin — has the hold:
+/// it takes worker 1's re-sent push of round 4, completes round 3 with worker 0's push alone
+/// and round 4 with both. Without the hold, round 3 would wait for worker 1 and its push of
+/// round 4 would be refused (`RoundGap`).
+#[test]
+fn a_rejoined_workers_hold_reaches_the_backup_and_holds_after_a_failover() {
+    use crate::ps::cluster::Absent;
+    for from_snapshot in [false, true] {
+        let mut p = pair(2);
+        p.replicate(true);
+        p.primary.send(0, data(Command::Push, Flags::INIT, &[(5, vec![0.0; 2])]));
+        p.replicate(true);
+        for round in 0..3 {
+            for w in 0..2 {
+                p.primary.send(w, push_of_round(5, vec![1.0; 2], round));
+            }
+            p.replicate(true);
+        }
+        assert_eq!(p.primary.replies().len(), 7, "the init and rounds 0-2");
+        // Worker 1 died and came back; every server hears of both.
+        for h in [&mut p.primary, &mut p.backup] {
+            h.core.on_event(Event::WorkersDone(Absent::new([1], 1)));
+            h.core.on_event(Event::WorkersDone(Absent::new([], 2)));
+        }
+        let mut rejoin = Message::new(Command::Pull).with_flags(Flags::ROUND_IDS);
+        rejoin.meta.push_key(5, 0, 0);
+        rejoin.meta.rounds.push(4);
+        p.primary.send(1, rejoin);
+        assert!(p.primary.replies().is_empty(), "the answer to a rejoin waits for the backup");
+        assert_eq!(p.replicate(true), 1, "one HOLDS message");
+        let r = p.primary.replies();
+        assert_eq!((r[0].command, r[0].meta.rounds.clone()), (Command::Reply, vec![4]), "{}", r[0].meta.text);
+        p.primary.send(1, push_of_round(5, vec![10.0; 2], 4));
+        assert!(p.primary.replies().is_empty(), "queued for round 4");
+
+        let mut backup = if from_snapshot {
+            let mut fresh = harness_with(Settings { rank: 1, num_servers: 2, replicas: true, ..settings(2) });
+            fresh.core.on_event(Event::WorkersDone(Absent::new([], 2)));
+            let (link, mut rx) = Outbox::unbounded();
+            p.primary.core.on_event(Event::Backup { partition: 0, link: Some(link) });
+            while let Some(m) = rx.try_recv() {
+                fresh.core.on_event(Event::Replicate { msg: m, admission: Admission::default() });
+            }
+            fresh
+        } else {
+            p.backup
+        };
+        // The primary dies; its backup is promoted. Worker 1 re-sends its push of round 4.
+        backup.core.on_event(Event::Promote(vec![0]));
+        let mut again = data(Command::Push, Flags::RETRY, &[(5, vec![10.0; 2])]);
+        again.meta.rounds.push(4);
+        backup.send(1, for_partition_0(again));
+        let r = backup.replies();
+        assert!(r.is_empty(), "taken for round 4 (snapshot: {from_snapshot}): {:?}", r.iter().map(|m| &m.meta.text).collect::<Vec<_>>());
+        backup.send(0, for_partition_0(push_of_round(5, vec![1.0; 2], 3)));
+        let r = backup.replies();
+        assert_eq!((r.len(), r[0].command), (1, Command::Reply), "round 3 completes without worker 1: {}", r[0].meta.text);
+        backup.send(0, for_partition_0(push_of_round(5, vec![1.0; 2], 4)));
+        assert_eq!(backup.replies().len(), 2, "round 4 completes with both workers");
+        backup.send(0, for_partition_0(pull_of(5, 2)));
+        assert_eq!(values(&backup.replies()[0]), vec![vec![11.0; 2]]);
+    }
+}
+
 /// The rounds one request completes run as a batch on several threads (`partition/batch.rs`):
 /// the values, optimizer states and counts are those of the updates run one after another
 /// (checked bit for bit against an [`Updater`](crate::optimizer::Updater) driven key by key),

@@ -789,6 +789,7 @@ impl Partition {
         }
         if rejoin {
             self.run_batch();
+            self.replicate_holds(worker, msg);
         }
         Ok(Some(out))
     }

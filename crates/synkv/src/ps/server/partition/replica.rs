@@ -25,6 +25,13 @@
 //! | 6 `ENTRIES` | text = JSON list of entries (checkpoint description, async ids); chunks = values | adds them |
 //! | 7 `STATES` | chunk 0 = a page of optimizer states | merges them |
 //! | 8 `END` | — | the copy is complete |
+//! | 9 `HOLDS` | per key part: the round a rejoined worker joined at (`meta.rounds`); head = worker rank; text = JSON list of the holds' move counts | the entries' holds (`round.rs`) |
+//!
+//! A snapshot's entries carry their holds too. The reply to a rejoin waits for its `HOLDS`
+//! like any other: a backup promoted while a part still lags behind the round a restarted
+//! worker joined at skips that worker in the rounds below it and expects its pushes from it on,
+//! as the primary did (without, it would wait for a push that never comes and refuse the ones
+//! that do with `RoundGap`).
 
 use std::collections::VecDeque;
 
@@ -35,9 +42,11 @@ use crate::ndarray::RowSparse;
 use crate::optimizer::Updater;
 use crate::ps::checkpoint::EntryDesc;
 use crate::ps::codec;
+use crate::ps::node::Rank;
 use crate::ps::proto::{Chunk, Command, ErrorCode, Flags, Message};
 use crate::ps::server::entry::{Entry, EntryKey, Part, Upd};
 use crate::ps::server::error::ServerError;
+use crate::ps::server::round::Hold;
 use crate::ps::transport::Outbox;
 
 /// Kinds of `Replicate` messages (`meta.priority`).
@@ -50,6 +59,7 @@ pub(in crate::ps::server) mod kind {
     pub(in crate::ps::server) const ENTRIES: i32 = 6;
     pub(in crate::ps::server) const STATES: i32 = 7;
     pub(in crate::ps::server) const END: i32 = 8;
+    pub(in crate::ps::server) const HOLDS: i32 = 9;
 }
 
 /// What a completed round changed, as its backup copy needs it.
@@ -193,6 +203,9 @@ struct SnapEntry {
     desc: EntryDesc,
     async_next: Vec<u64>,
     restored: bool,
+    /// Rejoined workers' holds on the entry's rounds.
+    #[serde(default)]
+    holds: Vec<Hold>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -228,7 +241,7 @@ impl Partition {
                 bytes = 0;
             }
             bytes += value.data.len();
-            batch.push(SnapEntry { desc: e.desc(k), async_next: e.async_next.clone(), restored: e.restored });
+            batch.push(SnapEntry { desc: e.desc(k), async_next: e.async_next.clone(), restored: e.restored, holds: e.round.holds.clone() });
             chunks.push(value);
         }
         if !batch.is_empty() {
@@ -303,6 +316,7 @@ impl Partition {
                     e.round.id = s.desc.round;
                     e.async_next = s.async_next;
                     e.restored = s.restored;
+                    e.round.holds = s.holds;
                     self.keys.insert((s.desc.ps, s.desc.offset), e);
                 }
             }
@@ -311,10 +325,53 @@ impl Partition {
                 let page = msg.chunks.first().map_or(&[][..], |c| &c.data[..]);
                 u.merge_states(page, false).map_err(|e| bad(format!("optimizer states: {e}")))?;
             }
+            kind::HOLDS => self.replicated_holds(msg)?,
             kind::END => return Ok(true),
             other => return Err(bad(format!("unknown kind {other}"))),
         }
         Ok(false)
+    }
+
+    /// Sends the backup the holds worker `worker`'s rejoin (`msg`) left on its key parts (none
+    /// where the part's rounds reached the round it joined at already).
+    pub(super) fn replicate_holds(&mut self, worker: Rank, msg: &Message) {
+        if !self.repl.active() {
+            return;
+        }
+        let mut m = Message::new(Command::Replicate);
+        m.meta.head = i32::try_from(worker).unwrap_or(i32::MAX);
+        let mut moves = Vec::new();
+        for key in super::entry_keys(msg) {
+            let Some(hold) = self.keys.get(&key).and_then(|e| e.round.hold(worker).copied()) else { continue };
+            m.meta.push_key(key.0, 0, key.1);
+            m.meta.rounds.push(hold.from);
+            moves.push(hold.moves);
+        }
+        if moves.is_empty() {
+            return;
+        }
+        m.meta.text = serde_json::to_string(&moves).unwrap_or_default();
+        self.repl.send(kind::HOLDS, m);
+    }
+
+    /// Takes the holds of a rejoined worker that its primary sent.
+    fn replicated_holds(&mut self, msg: &Message) -> Result<(), ServerError> {
+        let worker = Rank::try_from(msg.meta.head).map_err(|_| bad(format!("holds of worker rank {}", msg.meta.head)))?;
+        let moves: Vec<u64> = serde_json::from_str(&msg.meta.text).map_err(|e| bad(format!("hold moves: {e}")))?;
+        if moves.len() != msg.meta.keys.len() || msg.meta.rounds.len() != msg.meta.keys.len() {
+            return Err(bad(format!(
+                "{} hold moves and {} rounds for {} key parts",
+                moves.len(),
+                msg.meta.rounds.len(),
+                msg.meta.keys.len()
+            )));
+        }
+        for (i, moves) in moves.into_iter().enumerate() {
+            let key = (msg.meta.keys[i], msg.meta.offsets.get(i).copied().unwrap_or(0));
+            let entry = self.keys.get_mut(&key).ok_or_else(|| bad(format!("a hold on key part {key:?}, which this copy lacks")))?;
+            entry.round.set_hold(Hold { worker, from: msg.meta.rounds[i], moves });
+        }
+        Ok(())
     }
 
     /// Applies a batch of completed rounds: each as the one part of a round.
