@@ -412,6 +412,8 @@ impl Partition {
                 other => return Err(bad(format!("round kind {other:?}"))),
             }
             entry.round.id = msg.meta.rounds[i];
+            // As the primary does when a round completes: holds the round passed are dropped.
+            entry.round.prune_holds(&self.done);
         }
         Ok(())
     }
