@@ -16,3 +16,19 @@ machine_line() {
     fi
     echo "machine: ${model:-unknown cpu}; simd: $simd; cores: $(nproc); loadavg: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
 }
+
+# `bench_prelude NAME`: what a manual benchmark script does first — refuses to run in CI (exits
+# 0 with a message), moves to the repository root (`$root`), and builds the release `synkv`
+# into SYNKV_BIN unless SYNKV_BIN names one.
+bench_prelude() {
+    if [[ -n "${CI:-}" ]]; then
+        echo "$1: \$CI is set; this is a manual benchmark and does not run in CI. Refusing." >&2
+        exit 0
+    fi
+    root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+    cd "$root"
+    if [[ -z "${SYNKV_BIN:-}" ]]; then
+        cargo build --release -q -p synkv-cli
+        SYNKV_BIN="$root/target/release/synkv"
+    fi
+}

@@ -21,17 +21,8 @@
 # measured 2.6-2.7 ms where 200 iterations measure 1.8-2.0), TORCH_PY (default
 # /usr/bin/python3: Debian's python3-torch), SYNKV_BIN.
 set -euo pipefail
-if [[ -n "${CI:-}" ]]; then
-    echo "run_shm.sh: \$CI is set; this is a manual benchmark and does not run in CI. Refusing." >&2
-    exit 0
-fi
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$root"
-source "$root/benches/compare/machine.sh"
-if [[ -z "${SYNKV_BIN:-}" ]]; then
-    cargo build --release -q -p synkv-cli
-    SYNKV_BIN="$root/target/release/synkv"
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/machine.sh"
+bench_prelude run_shm.sh
 SIZES="${BENCH_SIZES:-16777216 1048576}"
 ROUNDS="${BENCH_ROUNDS:-3}"
 ITERS="${BENCH_ITERS:-20}"

@@ -16,17 +16,8 @@
 # Knobs: BENCH_SIZE (f32 elements, default 16777216), BENCH_ROUNDS (3), BENCH_ITERS (20),
 # TORCH_PY (/usr/bin/python3: Debian's python3-torch), SYNKV_BIN.
 set -euo pipefail
-if [[ -n "${CI:-}" ]]; then
-    echo "tcp_floor.sh: \$CI is set; this is a manual benchmark and does not run in CI. Refusing." >&2
-    exit 0
-fi
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$root"
-source "$root/benches/compare/machine.sh"
-if [[ -z "${SYNKV_BIN:-}" ]]; then
-    cargo build --release -q -p synkv-cli
-    SYNKV_BIN="$root/target/release/synkv"
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/machine.sh"
+bench_prelude tcp_floor.sh
 SIZE="${BENCH_SIZE:-16777216}"
 ITERS="${BENCH_ITERS:-20}"
 TORCH_PY="${TORCH_PY:-/usr/bin/python3}"
