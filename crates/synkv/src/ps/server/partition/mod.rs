@@ -772,7 +772,7 @@ impl Partition {
         if rejoin {
             self.open_batch();
         }
-        for (i, key) in keys.into_iter().enumerate() {
+        for (i, &key) in keys.iter().enumerate() {
             let Some(entry) = self.keys.get_mut(&key) else { continue };
             let next = if !self.sync {
                 entry.async_next.get(w).copied().unwrap_or(0)
@@ -789,7 +789,7 @@ impl Partition {
         }
         if rejoin {
             self.run_batch();
-            self.replicate_holds(worker, msg);
+            self.replicate_holds(worker, &keys);
         }
         Ok(Some(out))
     }

@@ -37,7 +37,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Partition, Role};
+use super::{entry_key, Partition, Role};
 use crate::ndarray::RowSparse;
 use crate::optimizer::Updater;
 use crate::ps::checkpoint::EntryDesc;
@@ -204,7 +204,6 @@ struct SnapEntry {
     async_next: Vec<u64>,
     restored: bool,
     /// Rejoined workers' holds on the entry's rounds.
-    #[serde(default)]
     holds: Vec<Hold>,
 }
 
@@ -332,16 +331,16 @@ impl Partition {
         Ok(false)
     }
 
-    /// Sends the backup the holds worker `worker`'s rejoin (`msg`) left on its key parts (none
+    /// Sends the backup the holds worker `worker`'s rejoin left on key parts `keys` (none
     /// where the part's rounds reached the round it joined at already).
-    pub(super) fn replicate_holds(&mut self, worker: Rank, msg: &Message) {
+    pub(super) fn replicate_holds(&mut self, worker: Rank, keys: &[EntryKey]) {
         if !self.repl.active() {
             return;
         }
         let mut m = Message::new(Command::Replicate);
         m.meta.head = i32::try_from(worker).unwrap_or(i32::MAX);
         let mut moves = Vec::new();
-        for key in super::entry_keys(msg) {
+        for &key in keys {
             let Some(hold) = self.keys.get(&key).and_then(|e| e.round.hold(worker).copied()) else { continue };
             m.meta.push_key(key.0, 0, key.1);
             m.meta.rounds.push(hold.from);
@@ -367,7 +366,7 @@ impl Partition {
             )));
         }
         for (i, moves) in moves.into_iter().enumerate() {
-            let key = (msg.meta.keys[i], msg.meta.offsets.get(i).copied().unwrap_or(0));
+            let key = entry_key(msg, i);
             let entry = self.keys.get_mut(&key).ok_or_else(|| bad(format!("a hold on key part {key:?}, which this copy lacks")))?;
             entry.round.set_hold(Hold { worker, from: msg.meta.rounds[i], moves });
         }
@@ -387,7 +386,7 @@ impl Partition {
         }
         let mut chunks = msg.chunks.iter();
         for (i, k) in kinds.iter().enumerate() {
-            let key = (msg.meta.keys[i], msg.meta.offsets.get(i).copied().unwrap_or(0));
+            let key = entry_key(msg, i);
             let entry = self.keys.get_mut(&key).ok_or_else(|| bad(format!("a round of key part {key:?}, which this copy lacks")))?;
             let mut next = || chunks.next().cloned().ok_or_else(|| bad("a round without its values".into()));
             match k.as_str() {
